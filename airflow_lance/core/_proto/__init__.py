@@ -1,0 +1,1 @@
+"""Generated protobuf modules; regenerate with `make protos`, never edit."""

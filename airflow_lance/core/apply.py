@@ -1,0 +1,419 @@
+"""Build the next manifest from a base manifest and an operation (pure functions).
+
+One small handler per operation; none of them writes to storage. Everything
+the operation does not own is copied forward: config, table metadata, base
+paths, the index section (with fragment bitmaps adjusted when fragments are
+removed or rewritten) and unknown protobuf fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid as uuid_lib
+from collections.abc import Callable, Iterable
+
+import pyroaring
+from google.protobuf import timestamp_pb2
+
+import airflow_lance
+from airflow_lance.core import feature_flags
+from airflow_lance.core._proto import rowids_pb2, table_pb2
+from airflow_lance.core.errors import (
+    DatasetNotFoundError,
+    IncompatibleTransactionError,
+    InvalidInputError,
+    SchemaMismatchError,
+)
+from airflow_lance.core.fragment import FragmentMetadata
+from airflow_lance.core.manifest import ManifestFile
+from airflow_lance.core.schema import LanceSchema
+from airflow_lance.core.transaction import LanceOperation
+
+WRITER_LIBRARY = "airflow-lance"
+DEFAULT_DATA_STORAGE_VERSION = "2.0"
+
+
+@dataclasses.dataclass
+class NextManifest:
+    """A manifest ready to frame: the message and the raw index section to carry."""
+
+    manifest: table_pb2.Manifest
+    index_section: bytes | None
+
+
+@dataclasses.dataclass
+class ApplyContext:
+    """What a handler may need besides the base manifest."""
+
+    transaction_file: str
+    load_manifest: Callable[[int], ManifestFile]
+
+
+def _timestamp_now() -> timestamp_pb2.Timestamp:
+    now = time.time_ns()
+    return timestamp_pb2.Timestamp(seconds=now // 1_000_000_000, nanos=now % 1_000_000_000)
+
+
+def _next_fragment_id(base: table_pb2.Manifest | None) -> int:
+    if base is None or not base.HasField("max_fragment_id"):
+        return 0
+    return base.max_fragment_id + 1
+
+
+def _has_stable_row_ids(manifest: table_pb2.Manifest | None) -> bool:
+    return manifest is not None and bool(manifest.reader_feature_flags & feature_flags.STABLE_ROW_IDS)
+
+
+def _new_fragments(
+    fragments: Iterable[FragmentMetadata], base: table_pb2.Manifest | None, target: table_pb2.Manifest
+) -> list[table_pb2.DataFragment]:
+    """Give unassigned fragments ids above max_fragment_id, and row ids when the dataset has them."""
+    next_id = _next_fragment_id(base)
+    out = []
+    for fragment in fragments:
+        pb = fragment.to_pb()
+        if pb.id == 0:
+            pb.id = next_id
+            next_id += 1
+        if _has_stable_row_ids(base) and pb.WhichOneof("row_id_sequence") is None:
+            sequence = rowids_pb2.RowIdSequence()
+            sequence.segments.add().range.CopyFrom(
+                rowids_pb2.U64Segment.Range(start=target.next_row_id, end=target.next_row_id + pb.physical_rows)
+            )
+            pb.inline_row_ids = sequence.SerializeToString()
+            target.next_row_id += pb.physical_rows
+        out.append(pb)
+    return out
+
+
+def _format_version(fragments: Iterable[FragmentMetadata], base: table_pb2.Manifest | None) -> str:
+    versions = {(f.file_major_version, f.file_minor_version) for frag in fragments for f in frag.files}
+    if len(versions) > 1:
+        raise InvalidInputError(f"fragments mix data file versions {sorted(versions)}")
+    if versions:
+        major, minor = versions.pop()
+        return "0.1" if major == 0 and minor < 3 else ("2.0" if major == 0 else f"{major}.{minor}")
+    if base is not None and base.data_format.version:
+        return base.data_format.version
+    return DEFAULT_DATA_STORAGE_VERSION
+
+
+def _check_format(fragments: list[FragmentMetadata], base: table_pb2.Manifest) -> None:
+    version = _format_version(fragments, base)
+    if fragments and base.data_format.version and version != base.data_format.version:
+        raise InvalidInputError(
+            f"fragments use data storage version {version} but the dataset uses {base.data_format.version}"
+        )
+
+
+def _finish(manifest: table_pb2.Manifest, base: table_pb2.Manifest | None, ctx: ApplyContext) -> None:
+    """Fields every commit sets: version, time, writer, transaction, flags, max id."""
+    manifest.version = (base.version if base is not None else 0) + 1
+    manifest.timestamp.CopyFrom(_timestamp_now())
+    manifest.writer_version.Clear()
+    manifest.writer_version.library = WRITER_LIBRARY
+    manifest.writer_version.version = airflow_lance.__version__
+    manifest.transaction_file = ctx.transaction_file
+    previous_max = base.max_fragment_id if base is not None and base.HasField("max_fragment_id") else None
+    candidates = [v for v in (max((f.id for f in manifest.fragments), default=None), previous_max) if v is not None]
+    if candidates:
+        manifest.max_fragment_id = max(candidates)
+    feature_flags.apply_feature_flags(
+        manifest,
+        base.reader_feature_flags if base is not None else 0,
+        base.writer_feature_flags if base is not None else 0,
+    )
+
+
+def _copy_base(base: ManifestFile | None, what: str) -> table_pb2.Manifest:
+    if base is None:
+        raise DatasetNotFoundError(f"cannot {what}: the dataset does not exist")
+    manifest = table_pb2.Manifest()
+    manifest.CopyFrom(base.manifest)
+    return manifest
+
+
+# -- index section -----------------------------------------------------------------------------
+
+
+def _edit_index_bitmaps(
+    index_section: bytes | None,
+    edit: Callable[[table_pb2.IndexMetadata, pyroaring.BitMap], pyroaring.BitMap],
+) -> bytes | None:
+    """Apply ``edit`` to every index's fragment bitmap; re-serialise only when something changed."""
+    if not index_section:
+        return index_section
+    section = table_pb2.IndexSection()
+    section.ParseFromString(index_section)
+    changed = False
+    for index in section.indices:
+        bitmap = pyroaring.BitMap.deserialize(index.fragment_bitmap) if index.fragment_bitmap else pyroaring.BitMap()
+        edited = edit(index, bitmap)
+        if edited != bitmap:
+            index.fragment_bitmap = edited.serialize()
+            changed = True
+    return section.SerializeToString() if changed else index_section
+
+
+def _drop_fragments_from_indices(index_section: bytes | None, removed: set[int]) -> bytes | None:
+    if not removed:
+        return index_section
+    return _edit_index_bitmaps(index_section, lambda _index, bitmap: bitmap - pyroaring.BitMap(removed))
+
+
+# -- handlers ----------------------------------------------------------------------------------
+
+
+def _apply_append(op: LanceOperation.Append, base: ManifestFile | None, ctx: ApplyContext) -> NextManifest:
+    manifest = _copy_base(base, "append")
+    assert base is not None
+    fragments = list(op.fragments)
+    _check_format(fragments, base.manifest)
+    manifest.fragments.extend(_new_fragments(fragments, base.manifest, manifest))
+    _finish(manifest, base.manifest, ctx)
+    return NextManifest(manifest, base.index_section)
+
+
+def _apply_overwrite(op: LanceOperation.Overwrite, base: ManifestFile | None, ctx: ApplyContext) -> NextManifest:
+    schema = op.lance_schema
+    fragments = list(op.fragments)
+    previous = base.manifest if base is not None else None
+    manifest = table_pb2.Manifest()
+    if previous is not None:
+        manifest.config.update(previous.config)
+        manifest.table_metadata.update(previous.table_metadata)
+        manifest.base_paths.extend(previous.base_paths)
+        manifest.next_row_id = previous.next_row_id
+    manifest.config.update(op.config_upsert_values or {})
+    manifest.fields.extend(schema.fields)
+    for key, value in schema.metadata.items():
+        manifest.schema_metadata[key] = value
+    manifest.fragments.extend(_new_fragments(fragments, previous, manifest))
+    manifest.data_format.file_format = "lance"
+    manifest.data_format.version = _format_version(fragments, previous)
+    _finish(manifest, previous, ctx)
+    # An overwrite replaces the data: indices of the old data no longer apply.
+    return NextManifest(manifest, None)
+
+
+def _replace_fragments(
+    manifest: table_pb2.Manifest, updated: Iterable[FragmentMetadata], removed: Iterable[int], what: str
+) -> None:
+    by_id = {f.id: f for f in updated}
+    removed = set(removed)
+    present = {f.id for f in manifest.fragments}
+    missing = (set(by_id) | removed) - present
+    if missing:
+        raise IncompatibleTransactionError(f"{what} touches fragments {sorted(missing)} that no longer exist")
+    kept = []
+    for fragment in manifest.fragments:
+        if fragment.id in removed:
+            continue
+        replacement = by_id.get(fragment.id)
+        if replacement is not None:
+            new = replacement.to_pb()
+            # Keep what the operation does not carry (row-id sequences written by others).
+            merged = table_pb2.DataFragment()
+            merged.CopyFrom(fragment)
+            merged.MergeFrom(new)
+            del merged.files[:]
+            merged.files.extend(new.files)
+            if not new.HasField("deletion_file"):
+                merged.ClearField("deletion_file")
+            fragment = merged
+        kept.append(fragment)
+    del manifest.fragments[:]
+    manifest.fragments.extend(kept)
+
+
+def _apply_delete(op: LanceOperation.Delete, base: ManifestFile | None, ctx: ApplyContext) -> NextManifest:
+    manifest = _copy_base(base, "delete")
+    assert base is not None
+    _replace_fragments(manifest, op.updated_fragments, op.deleted_fragment_ids, "delete")
+    _finish(manifest, base.manifest, ctx)
+    return NextManifest(manifest, _drop_fragments_from_indices(base.index_section, set(op.deleted_fragment_ids)))
+
+
+def _apply_update(op: LanceOperation.Update, base: ManifestFile | None, ctx: ApplyContext) -> NextManifest:
+    manifest = _copy_base(base, "update")
+    assert base is not None
+    _replace_fragments(manifest, op.updated_fragments, op.removed_fragment_ids, "update")
+    manifest.fragments.extend(_new_fragments(op.new_fragments, base.manifest, manifest))
+    _finish(manifest, base.manifest, ctx)
+    changed = set(op.removed_fragment_ids) | (
+        {f.id for f in op.updated_fragments} if op.update_mode == "rewrite_columns" else set()
+    )
+    return NextManifest(manifest, _drop_fragments_from_indices(base.index_section, changed))
+
+
+def _apply_rewrite(op: LanceOperation.Rewrite, base: ManifestFile | None, ctx: ApplyContext) -> NextManifest:
+    manifest = _copy_base(base, "rewrite")
+    assert base is not None
+    position = {f.id: i for i, f in enumerate(manifest.fragments)}
+    fragments: list[table_pb2.DataFragment | None] = list(manifest.fragments)
+    replaced: list[tuple[set[int], list[int]]] = []
+    next_id = _next_fragment_id(base.manifest)
+    for group in op.groups:
+        old_ids = [f.id for f in group.old_fragments]
+        missing = [i for i in old_ids if i not in position]
+        if missing or not old_ids:
+            raise IncompatibleTransactionError(f"rewrite of fragments {missing or old_ids} that no longer exist")
+        for old in group.old_fragments:  # a concurrent delete would have changed this
+            current = FragmentMetadata.from_pb(manifest.fragments[position[old.id]])
+            if current.deletion_file != old.deletion_file:
+                raise IncompatibleTransactionError(f"fragment {old.id} changed since the rewrite was planned")
+        new_pbs = []
+        for fragment in group.new_fragments:
+            pb = fragment.to_pb()
+            if pb.id == 0:
+                pb.id = next_id
+                next_id += 1
+            new_pbs.append(pb)
+        first = min(position[i] for i in old_ids)
+        for i in old_ids:
+            fragments[position[i]] = None
+        fragments[first] = new_pbs  # type: ignore[call-overload]
+        replaced.append((set(old_ids), [pb.id for pb in new_pbs]))
+    del manifest.fragments[:]
+    for item in fragments:
+        if isinstance(item, list):
+            manifest.fragments.extend(item)
+        elif item is not None:
+            manifest.fragments.append(item)
+    remapped = {i.old_id: i for i in op.rewritten_indices}
+    stable = _has_stable_row_ids(base.manifest)
+
+    def edit(index: table_pb2.IndexMetadata, bitmap: pyroaring.BitMap) -> pyroaring.BitMap:
+        remap = remapped.get(str(uuid_lib.UUID(bytes=index.uuid.uuid))) if index.uuid.uuid else None
+        if remap is not None:
+            index.uuid.uuid = uuid_lib.UUID(remap.new_id).bytes
+            index.index_details.type_url = remap.new_details_type_url
+            index.index_details.value = remap.new_details_value
+            index.index_version = remap.new_index_version
+        result = pyroaring.BitMap(bitmap)
+        for old_ids, new_ids in replaced:
+            inside = old_ids <= set(bitmap)
+            result -= pyroaring.BitMap(old_ids)
+            # The index still covers the rows only if it was remapped or row ids are stable.
+            if inside and (remap is not None or stable):
+                result |= pyroaring.BitMap(new_ids)
+        return result
+
+    _finish(manifest, base.manifest, ctx)
+    return NextManifest(manifest, _edit_index_bitmaps(base.index_section, edit))
+
+
+def _apply_merge(op: LanceOperation.Merge, base: ManifestFile | None, ctx: ApplyContext) -> NextManifest:
+    manifest = _copy_base(base, "merge")
+    assert base is not None
+    lance_schema = op.schema if isinstance(op.schema, LanceSchema) else LanceSchema.from_arrow(op.schema)
+    old_ids = set(f.id for f in base.manifest.fields)
+    if not old_ids <= set(lance_schema.field_ids()):
+        raise SchemaMismatchError("merge must keep every existing field (use Project to drop fields)")
+    del manifest.fields[:]
+    manifest.fields.extend(lance_schema.fields)
+    manifest.schema_metadata.clear()
+    for key, value in lance_schema.metadata.items():
+        manifest.schema_metadata[key] = value
+    # Merge carries the complete fragment list; fragments with id 0 are new.
+    del manifest.fragments[:]
+    manifest.fragments.extend(f.to_pb() for f in op.fragments if f.id != 0)
+    manifest.fragments.extend(_new_fragments([f for f in op.fragments if f.id == 0], base.manifest, manifest))
+    _finish(manifest, base.manifest, ctx)
+    return NextManifest(manifest, base.index_section)
+
+
+def _apply_project(op: LanceOperation.Project, base: ManifestFile | None, ctx: ApplyContext) -> NextManifest:
+    manifest = _copy_base(base, "project")
+    assert base is not None
+    unknown = set(op.schema.field_ids()) - {f.id for f in base.manifest.fields}
+    if unknown:
+        raise SchemaMismatchError(f"project refers to unknown field ids {sorted(unknown)}")
+    del manifest.fields[:]
+    manifest.fields.extend(op.schema.fields)
+    _finish(manifest, base.manifest, ctx)
+    kept = set(op.schema.field_ids())
+    section = base.index_section
+    if section:
+        parsed = table_pb2.IndexSection()
+        parsed.ParseFromString(section)
+        survivors = [i for i in parsed.indices if set(i.fields) <= kept]
+        if len(survivors) != len(parsed.indices):
+            section = table_pb2.IndexSection(indices=survivors).SerializeToString() if survivors else None
+    return NextManifest(manifest, section)
+
+
+def _apply_restore(op: LanceOperation.Restore, base: ManifestFile | None, ctx: ApplyContext) -> NextManifest:
+    if base is None:
+        raise DatasetNotFoundError("cannot restore: the dataset does not exist")
+    old = ctx.load_manifest(op.version)
+    manifest = table_pb2.Manifest()
+    manifest.CopyFrom(old.manifest)
+    manifest.next_row_id = max(old.manifest.next_row_id, base.manifest.next_row_id)
+    _finish(manifest, base.manifest, ctx)
+    return NextManifest(manifest, old.index_section)
+
+
+def _apply_reserve(op: LanceOperation.ReserveFragments, base: ManifestFile | None, ctx: ApplyContext) -> NextManifest:
+    manifest = _copy_base(base, "reserve fragment ids")
+    assert base is not None
+    if op.num_fragments <= 0:
+        raise InvalidInputError("num_fragments must be positive")
+    manifest.max_fragment_id = _next_fragment_id(base.manifest) + op.num_fragments - 1
+    _finish(manifest, base.manifest, ctx)
+    return NextManifest(manifest, base.index_section)
+
+
+def _apply_update_config(
+    op: LanceOperation.UpdateConfig, base: ManifestFile | None, ctx: ApplyContext
+) -> NextManifest:
+    manifest = _copy_base(base, "update the config")
+    assert base is not None
+    for attr, target in (("config_updates", "config"), ("table_metadata_updates", "table_metadata")):
+        update = getattr(op, attr)
+        if update is not None:
+            new = update.apply(dict(getattr(manifest, target)))
+            getattr(manifest, target).clear()
+            getattr(manifest, target).update(new)
+    if op.schema_metadata_updates is not None:
+        current = {k: v.decode("utf-8", "replace") for k, v in manifest.schema_metadata.items()}
+        new_md = op.schema_metadata_updates.apply(current)
+        manifest.schema_metadata.clear()
+        for key, value in new_md.items():
+            manifest.schema_metadata[key] = value.encode()
+    for field_id, update in (op.field_metadata_updates or {}).items():
+        field = next((f for f in manifest.fields if f.id == field_id), None)
+        if field is None:
+            raise SchemaMismatchError(f"no field with id {field_id}")
+        current = {k: v.decode("utf-8", "replace") for k, v in field.metadata.items()}
+        new_md = update.apply(current)
+        field.metadata.clear()
+        for key, value in new_md.items():
+            field.metadata[key] = value.encode()
+    _finish(manifest, base.manifest, ctx)
+    return NextManifest(manifest, base.index_section)
+
+
+_HANDLERS: dict[type, Callable[..., NextManifest]] = {
+    LanceOperation.Append: _apply_append,
+    LanceOperation.Overwrite: _apply_overwrite,
+    LanceOperation.Delete: _apply_delete,
+    LanceOperation.Update: _apply_update,
+    LanceOperation.Rewrite: _apply_rewrite,
+    LanceOperation.Merge: _apply_merge,
+    LanceOperation.Project: _apply_project,
+    LanceOperation.Restore: _apply_restore,
+    LanceOperation.ReserveFragments: _apply_reserve,
+    LanceOperation.UpdateConfig: _apply_update_config,
+}
+
+
+def build_next_manifest(
+    operation: LanceOperation.BaseOperation, base: ManifestFile | None, ctx: ApplyContext
+) -> NextManifest:
+    """The manifest of the version after ``base`` with ``operation`` applied."""
+    handler = _HANDLERS.get(type(operation))
+    if handler is None:
+        raise InvalidInputError(f"operation {type(operation).__name__} cannot be committed")
+    return handler(operation, base, ctx)

@@ -1,0 +1,210 @@
+"""The commit protocol: check concurrent transactions, rebase, publish atomically.
+
+1. Load every version newer than the transaction's read version, with its
+   transaction, and check compatibility (:mod:`conflicts`); rebase deletion
+   vectors where Lance does (:mod:`rebase`).
+2. Write the transaction file ``_transactions/{read_version}-{uuid}.txn``.
+3. Build the next manifest on top of the latest one (:mod:`apply`).
+4. Create ``_versions/<next>`` with put-if-not-exists. If another writer took
+   that version, back off with jitter and go to 1.
+
+With an idempotency key, a version whose transaction carries the same key
+(within ``idempotency_lookback`` versions) is returned instead of committing
+twice: a retried task whose commit already landed does not add data again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+
+from airflow_lance.core import feature_flags, layout
+from airflow_lance.core.apply import ApplyContext, build_next_manifest
+from airflow_lance.core.conflicts import INCOMPATIBLE, REBASE, RETRY, check
+from airflow_lance.core.errors import (
+    CommitConflictError,
+    CommitStateUnknownError,
+    CorruptFileError,
+    DatasetAlreadyExistsError,
+    IncompatibleTransactionError,
+    StorageError,
+    VersionNotFoundError,
+)
+from airflow_lance.core.manifest import (
+    ManifestFile,
+    list_versions,
+    naming_scheme,
+    parse_manifest,
+    read_manifest,
+    serialize_manifest,
+)
+from airflow_lance.core.rebase import rebase_deletions
+from airflow_lance.core.storage import ObjectStore
+from airflow_lance.core.transaction import (
+    IDEMPOTENCY_KEY,
+    Transaction,
+    read_transaction_file,
+    write_transaction_file,
+)
+
+log = logging.getLogger(__name__)
+
+_BACKOFF_BASE_S = 0.005
+_BACKOFF_MAX_S = 1.0
+DEFAULT_IDEMPOTENCY_LOOKBACK = 100
+
+
+def backoff_delay(attempt: int) -> float:
+    """Exponential backoff with full jitter for retry ``attempt`` (0-based)."""
+    return random.uniform(0, min(_BACKOFF_MAX_S, _BACKOFF_BASE_S * (2**attempt)))
+
+
+class _History:
+    """Versions and transactions read during one commit (each read once)."""
+
+    def __init__(self, store: ObjectStore) -> None:
+        self.store = store
+        self.versions = list_versions(store)
+        self._manifests: dict[int, ManifestFile] = {}
+        self._transactions: dict[int, Transaction | None] = {}
+
+    def refresh(self) -> None:
+        self.versions = list_versions(self.store)
+
+    @property
+    def latest(self) -> int:
+        return max(self.versions, default=0)
+
+    def manifest(self, version: int) -> ManifestFile:
+        if version not in self._manifests:
+            self._manifests[version] = read_manifest(self.store, version, self.versions.get(version))
+        return self._manifests[version]
+
+    def transaction(self, version: int) -> Transaction | None:
+        if version not in self._transactions:
+            name = self.manifest(version).manifest.transaction_file
+            try:
+                self._transactions[version] = read_transaction_file(self.store, name) if name else None
+            except FileNotFoundError:
+                self._transactions[version] = None
+        return self._transactions[version]
+
+
+def _write_hint(store: ObjectStore, version: int) -> None:
+    if not store.writes_version_hint:
+        return
+    try:
+        store.write(layout.LATEST_VERSION_HINT, json.dumps({"version": version}, separators=(",", ":")).encode())
+    except StorageError as exc:  # best effort: readers never need it
+        log.debug("could not update the version hint: %s", exc)
+
+
+def _publish(store: ObjectStore, path: str, data: bytes) -> bool:
+    """Put-if-not-exists; after an ambiguous failure, look whether our bytes landed."""
+    try:
+        return store.put_if_not_exists(path, data)
+    except StorageError as exc:
+        try:
+            existing = store.read(path)
+        except FileNotFoundError:
+            raise exc from None
+        except StorageError as again:
+            raise CommitStateUnknownError(f"commit of {path} may or may not have landed: {exc}") from again
+        return existing == data
+
+
+def _find_landed(history: _History, key: str, first: int, last: int) -> ManifestFile | None:
+    for version in range(last, first - 1, -1):
+        txn = history.transaction(version)
+        if txn is not None and txn.transaction_properties.get(IDEMPOTENCY_KEY) == key:
+            return history.manifest(version)
+    return None
+
+
+def _check_concurrent(history: _History, mine: Transaction, first: int, last: int) -> bool:
+    """Check versions first..last against ``mine``; return True if a rebase is needed."""
+    needs_rebase = False
+    for version in range(first, last + 1):
+        theirs = history.transaction(version)
+        if theirs is None:
+            raise CommitConflictError(f"version {version} has no transaction file; cannot check compatibility")
+        outcome = check(mine, theirs)
+        if outcome is INCOMPATIBLE:
+            raise IncompatibleTransactionError(
+                f"{mine.kind} planned on version {mine.read_version} is incompatible with concurrent "
+                f"{theirs.kind} committed as version {version}"
+            )
+        if outcome is RETRY:
+            raise CommitConflictError(
+                f"{mine.kind} planned on version {mine.read_version} conflicts with concurrent "
+                f"{theirs.kind} committed as version {version}; re-read the dataset and retry"
+            )
+        needs_rebase |= outcome is REBASE
+    return needs_rebase
+
+
+def commit_transaction(
+    store: ObjectStore,
+    transaction: Transaction,
+    *,
+    max_retries: int = 20,
+    create_only: bool = False,
+    idempotency_lookback: int = DEFAULT_IDEMPOTENCY_LOOKBACK,
+) -> ManifestFile:
+    """Commit ``transaction``; return the manifest of the new (or already landed) version.
+
+    With ``create_only`` the commit must create version 1 (DatasetAlreadyExistsError
+    otherwise, also when a concurrent writer creates the dataset first).
+    Raises CommitConflictError (retryable: re-read and redo the operation),
+    IncompatibleTransactionError, or CommitStateUnknownError (never clean up then).
+    """
+    history = _History(store)
+    if create_only and history.versions:
+        raise DatasetAlreadyExistsError(f"dataset {store.uri} already exists")
+    read_version = transaction.read_version
+    if read_version and read_version not in history.versions:
+        raise VersionNotFoundError(f"read_version {read_version} of {store.uri} does not exist")
+    key = transaction.transaction_properties.get(IDEMPOTENCY_KEY)
+    checked = read_version
+    searched = max(0, history.latest - idempotency_lookback)
+    needs_rebase = False
+    written: Transaction | None = None
+    for attempt in range(max_retries + 1):
+        latest = history.latest
+        if create_only and latest:
+            raise DatasetAlreadyExistsError(f"dataset {store.uri} was created concurrently")
+        if key is not None and latest > searched:
+            # Search from before read_version too: a retried task re-reads after its own commit landed.
+            landed = _find_landed(history, key, searched + 1, latest)
+            if landed is not None:
+                log.info("transaction %s already committed as version %d", key, landed.version)
+                return landed
+            searched = latest
+        needs_rebase |= _check_concurrent(history, transaction, checked + 1, latest)
+        checked = latest
+        base = history.manifest(latest) if latest else None
+        if base is not None:
+            feature_flags.check_writable(base.manifest, store.uri)
+        current = transaction
+        if needs_rebase and base is not None:
+            read = history.manifest(read_version) if read_version in history.versions else None
+            current = rebase_deletions(store, transaction, base, read)
+        if written is None or current is not written:
+            txn_name = write_transaction_file(store, current)
+            written = current
+        scheme = base.scheme if base is not None else naming_scheme(history.versions)
+        nxt = build_next_manifest(current.operation, base, ApplyContext(txn_name, history.manifest))
+        data = serialize_manifest(nxt.manifest, nxt.index_section)
+        path = layout.manifest_path(nxt.manifest.version, scheme)
+        if _publish(store, path, data):
+            _write_hint(store, nxt.manifest.version)
+            try:
+                return parse_manifest(data, path, scheme)
+            except CorruptFileError as exc:  # pragma: no cover - we just serialized it
+                raise CommitStateUnknownError(str(exc)) from exc
+        log.debug("version %d was taken by a concurrent writer (attempt %d)", nxt.manifest.version, attempt + 1)
+        time.sleep(backoff_delay(attempt))
+        history.refresh()
+    raise CommitConflictError(f"gave up committing to {store.uri} after {max_retries} retries")

@@ -1,0 +1,171 @@
+"""Compatibility of a transaction with the ones committed since its read version.
+
+Lance's conflict rules (format notes section 9) for the operations we model;
+an operation we do not model, or a version without a transaction, is treated
+as a retryable conflict: conservative, never wrong.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+
+from airflow_lance.core.transaction import LanceOperation, Transaction
+
+
+class Outcome(enum.Enum):
+    """What a concurrent transaction means for ours."""
+
+    OK = "compatible"
+    REBASE = "rebase"  # compatible after merging deletion vectors of shared fragments
+    RETRY = "retryable conflict"  # redo the operation on the new version
+    INCOMPATIBLE = "incompatible"
+
+
+OK, REBASE, RETRY, INCOMPATIBLE = Outcome.OK, Outcome.REBASE, Outcome.RETRY, Outcome.INCOMPATIBLE
+
+#: Kinds Lance names that we never expect to see rows for; anything else is unknown.
+_ALWAYS_FINE_FOR_ALL = {"clone", "update_bases"}
+
+
+def _overlap(mine: Transaction, theirs: Transaction) -> bool:
+    return bool(mine.operation.touched_fragment_ids() & theirs.operation.touched_fragment_ids())
+
+
+def _raw_ids(theirs: Transaction) -> set[int]:
+    """Fragment ids touched by operations we keep only in wire form (DataReplacement)."""
+    raw = theirs.raw
+    if raw is not None and raw.WhichOneof("operation") == "data_replacement":
+        return {r.fragment_id for r in raw.data_replacement.replacements}
+    return set()
+
+
+def _config_keys(txn: Transaction) -> set[str]:
+    op = txn.operation
+    if isinstance(op, LanceOperation.Overwrite):
+        return set(op.config_upsert_values or {})
+    if isinstance(op, LanceOperation.UpdateConfig):
+        return op.config_keys()
+    return set()
+
+
+def _append(mine: Transaction, theirs: Transaction) -> Outcome:
+    if theirs.kind in ("overwrite", "restore", "update_mem_wal_state"):
+        return INCOMPATIBLE
+    return OK
+
+
+def _delete_or_update(mine: Transaction, theirs: Transaction) -> Outcome:
+    kind = theirs.kind
+    if kind in ("append", "create_index", "project", "reserve_fragments", "update_config"):
+        return OK
+    if kind in ("overwrite", "restore"):
+        return INCOMPATIBLE
+    if kind in ("delete", "update"):
+        if not _overlap(mine, theirs):
+            return OK
+        op = theirs.operation
+        removed = set(op.deleted_fragment_ids if isinstance(op, LanceOperation.Delete) else op.removed_fragment_ids)
+        columns = isinstance(op, LanceOperation.Update) and op.update_mode == "rewrite_columns"
+        mine_columns = isinstance(mine.operation, LanceOperation.Update) and mine.operation.update_mode == "rewrite_columns"
+        if removed & mine.operation.touched_fragment_ids() or columns or mine_columns:
+            return RETRY
+        return REBASE
+    if kind == "rewrite":
+        return RETRY if _overlap(mine, theirs) else OK
+    if kind == "data_replacement":
+        return RETRY if _raw_ids(theirs) & mine.operation.touched_fragment_ids() else OK
+    return RETRY  # merge, unknown
+
+
+def _overwrite(mine: Transaction, theirs: Transaction) -> Outcome:
+    if theirs.kind in ("overwrite", "update_config") and _config_keys(mine) & _config_keys(theirs):
+        return INCOMPATIBLE
+    return OK
+
+
+def _rewrite(mine: Transaction, theirs: Transaction) -> Outcome:
+    kind = theirs.kind
+    if kind in ("append", "project", "reserve_fragments", "update_config"):
+        return OK
+    if kind in ("overwrite", "restore"):
+        return INCOMPATIBLE
+    if kind in ("delete", "update", "rewrite"):
+        return RETRY if _overlap(mine, theirs) else OK
+    if kind == "data_replacement":
+        return RETRY if _raw_ids(theirs) & mine.operation.touched_fragment_ids() else OK
+    return RETRY  # create_index (bitmaps may cover our fragments), merge, unknown
+
+
+def _merge(mine: Transaction, theirs: Transaction) -> Outcome:
+    kind = theirs.kind
+    if kind in ("create_index", "reserve_fragments", "update_config"):
+        return OK
+    if kind in ("overwrite", "project", "restore"):
+        return INCOMPATIBLE
+    return RETRY
+
+
+def _project(mine: Transaction, theirs: Transaction) -> Outcome:
+    kind = theirs.kind
+    if kind in ("append", "delete", "update", "create_index", "rewrite", "reserve_fragments", "update_config",
+                "data_replacement"):
+        return OK
+    if kind in ("overwrite", "restore"):
+        return INCOMPATIBLE
+    return RETRY
+
+
+def _restore(mine: Transaction, theirs: Transaction) -> Outcome:
+    return OK if theirs.kind != "update_mem_wal_state" else INCOMPATIBLE
+
+
+def _reserve(mine: Transaction, theirs: Transaction) -> Outcome:
+    return INCOMPATIBLE if theirs.kind in ("overwrite", "restore") else OK
+
+
+def _update_config(mine: Transaction, theirs: Transaction) -> Outcome:
+    op = mine.operation
+    assert isinstance(op, LanceOperation.UpdateConfig)
+    if theirs.kind == "overwrite":
+        schema_change = op.schema_metadata_updates is not None or bool(op.field_metadata_updates)
+        return INCOMPATIBLE if schema_change or _config_keys(mine) & _config_keys(theirs) else OK
+    if theirs.kind == "update_config":
+        other = theirs.operation
+        assert isinstance(other, LanceOperation.UpdateConfig)
+        clash = _config_keys(mine) & _config_keys(theirs)
+        for attr in ("table_metadata_updates", "schema_metadata_updates"):
+            a, b = getattr(op, attr), getattr(other, attr)
+            if a is not None and b is not None and (a.replace or b.replace or set(a.updates) & set(b.updates)):
+                clash.add(attr)
+        if set(op.field_metadata_updates or {}) & set(other.field_metadata_updates or {}):
+            clash.add("field metadata")
+        return INCOMPATIBLE if clash else OK
+    return OK
+
+
+_RULES: dict[type, Callable[[Transaction, Transaction], Outcome]] = {
+    LanceOperation.Append: _append,
+    LanceOperation.Delete: _delete_or_update,
+    LanceOperation.Update: _delete_or_update,
+    LanceOperation.Overwrite: _overwrite,
+    LanceOperation.Rewrite: _rewrite,
+    LanceOperation.Merge: _merge,
+    LanceOperation.Project: _project,
+    LanceOperation.Restore: _restore,
+    LanceOperation.ReserveFragments: _reserve,
+    LanceOperation.UpdateConfig: _update_config,
+}
+
+
+def check(mine: Transaction, theirs: Transaction) -> Outcome:
+    """How ``theirs`` (already committed) affects committing ``mine``."""
+    if theirs.kind in _ALWAYS_FINE_FOR_ALL:
+        return OK
+    known = isinstance(theirs.operation, tuple(_RULES)) or theirs.kind == "data_replacement" or (
+        theirs.kind == "create_index"
+    )
+    if not known and not isinstance(mine.operation, (LanceOperation.Overwrite, LanceOperation.Restore)):
+        return RETRY
+    rule = _RULES.get(type(mine.operation))
+    return rule(mine, theirs) if rule else RETRY

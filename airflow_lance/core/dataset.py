@@ -1,0 +1,348 @@
+"""``LanceDataset``: an immutable handle on one version of a dataset, and the
+module-level entry points ``dataset`` and ``write_dataset`` (pylance's names)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from airflow_lance.core import feature_flags
+from airflow_lance.core.commit import DEFAULT_IDEMPOTENCY_LOOKBACK, commit_transaction
+from airflow_lance.core.delete import plan_delete
+from airflow_lance.core.errors import (
+    CommitConflictError,
+    IncompatibleTransactionError,
+    InvalidInputError,
+    VersionNotFoundError,
+)
+from airflow_lance.core.fragment import FragmentMetadata
+from airflow_lance.core.manifest import ManifestFile, list_versions, read_latest_manifest, read_manifest
+from airflow_lance.core.scan import read_fragment, scan_fragments
+from airflow_lance.core.schema import LanceSchema
+from airflow_lance.core.storage import ObjectStore, open_store
+from airflow_lance.core.tags import Tags
+from airflow_lance.core.transaction import LanceOperation, Transaction, build_properties
+from airflow_lance.core.write import (
+    MAX_BYTES_PER_FILE,
+    MAX_ROWS_PER_FILE,
+    DataLike,
+    WriteMode,
+    prepare_write,
+    write_data_files,
+)
+
+FilterLike = str | pc.Expression | None
+
+
+def _compile_filter(filter: FilterLike, schema: pa.Schema) -> tuple[pc.Expression | None, list[str]]:
+    if filter is None:
+        return None, []
+    from airflow_lance.core.filter import referenced_columns, to_expression
+
+    expression = to_expression(filter, schema)
+    return expression, referenced_columns(expression, schema)
+
+
+def version_summary(manifest: Any) -> dict[str, str]:
+    """pylance's per-version statistics, computed from the manifest alone."""
+    fragments = manifest.fragments
+    data_files = sum(len(f.files) for f in fragments)
+    physical = sum(f.physical_rows for f in fragments)
+    deleted = sum(f.deletion_file.num_deleted_rows for f in fragments if f.HasField("deletion_file"))
+    return {
+        "total_data_file_rows": str(physical),
+        "total_data_files": str(data_files),
+        "total_deletion_file_rows": str(deleted),
+        "total_deletion_files": str(sum(1 for f in fragments if f.HasField("deletion_file"))),
+        "total_files_size": str(sum(d.file_size_bytes for f in fragments for d in f.files)),
+        "total_fragments": str(len(fragments)),
+        "total_rows": str(physical - deleted),
+    }
+
+
+class LanceFragment:
+    """One fragment of a dataset version."""
+
+    def __init__(self, dataset: LanceDataset, metadata: FragmentMetadata) -> None:
+        self._dataset = dataset
+        self.metadata = metadata
+
+    @property
+    def fragment_id(self) -> int:
+        return self.metadata.id
+
+    def count_rows(self) -> int:
+        return self.metadata.num_rows
+
+    @property
+    def physical_rows(self) -> int:
+        return self.metadata.physical_rows
+
+    def data_files(self) -> tuple[Any, ...]:
+        return self.metadata.files
+
+    def deletion_file(self) -> Any:
+        return self.metadata.deletion_file
+
+    def to_table(self, columns: Sequence[str] | None = None, filter: FilterLike = None) -> pa.Table:
+        return self._dataset._scan_table([self.metadata], columns, filter)
+
+    def __repr__(self) -> str:
+        return f"LanceFragment(id={self.fragment_id}, physical_rows={self.physical_rows})"
+
+
+class LanceDataset:
+    """A Lance dataset at one version. Handles are immutable: ``checkout_version``
+    returns a new one."""
+
+    def __init__(self, store: ObjectStore, manifest_file: ManifestFile) -> None:
+        feature_flags.check_readable(manifest_file.manifest, store.uri)
+        self._store = store
+        self._manifest_file = manifest_file
+        self._manifest = manifest_file.manifest
+        self._schema = LanceSchema.from_fields(list(self._manifest.fields), dict(self._manifest.schema_metadata))
+        self._fragments = [FragmentMetadata.from_pb(f) for f in self._manifest.fragments]
+
+    # -- identity -------------------------------------------------------------
+    @property
+    def uri(self) -> str:
+        return self._store.uri
+
+    @property
+    def version(self) -> int:
+        return self._manifest.version
+
+    @property
+    def latest_version(self) -> int:
+        return max(list_versions(self._store), default=self.version)
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self._schema.to_arrow()
+
+    @property
+    def lance_schema(self) -> LanceSchema:
+        return self._schema
+
+    @property
+    def data_storage_version(self) -> str:
+        return self._manifest.data_format.version
+
+    @property
+    def max_field_id(self) -> int:
+        return self._schema.max_field_id()
+
+    @property
+    def manifest_file(self) -> ManifestFile:
+        return self._manifest_file
+
+    @property
+    def store(self) -> ObjectStore:
+        return self._store
+
+    @property
+    def tags(self) -> Tags:
+        """Create, list, update and delete tags of this dataset."""
+        return Tags(self._store)
+
+    @property
+    def timestamp(self) -> dt.datetime:
+        return self._manifest.timestamp.ToDatetime()
+
+    def __repr__(self) -> str:
+        return f"LanceDataset(uri={self.uri!r}, version={self.version})"
+
+    # -- versions -------------------------------------------------------------
+    def versions(self) -> list[dict[str, Any]]:
+        """Every committed version: ``version``, ``timestamp`` (naive local time), ``metadata``."""
+        result = []
+        for version, scheme in sorted(list_versions(self._store).items()):
+            manifest = read_manifest(self._store, version, scheme).manifest
+            stamp = manifest.timestamp
+            result.append(
+                {
+                    "version": version,
+                    "timestamp": dt.datetime.fromtimestamp(stamp.seconds)
+                    + dt.timedelta(microseconds=stamp.nanos // 1000),
+                    "metadata": version_summary(manifest),
+                }
+            )
+        return result
+
+    def checkout_version(self, version: int | str) -> LanceDataset:
+        """A new handle on ``version`` (a number or a tag name)."""
+        return _open_version(self._store, version)
+
+    # -- reading --------------------------------------------------------------
+    def get_fragments(self) -> list[LanceFragment]:
+        return [LanceFragment(self, f) for f in self._fragments]
+
+    def get_fragment(self, fragment_id: int) -> LanceFragment | None:
+        return next((LanceFragment(self, f) for f in self._fragments if f.id == fragment_id), None)
+
+    def count_rows(self, filter: FilterLike = None) -> int:
+        """Row count from metadata alone, or of the rows matching ``filter``."""
+        if filter is None:
+            return sum(f.num_rows for f in self._fragments)
+        expression, needed = _compile_filter(filter, self.schema)
+        projection = self._schema.project(needed)
+        return sum(read_fragment(self._store, f, projection).filter(expression).num_rows for f in self._fragments)
+
+    def _scan(
+        self, fragments: Sequence[FragmentMetadata], columns: Sequence[str] | None, filter: FilterLike
+    ) -> Iterator[pa.Table]:
+        if columns is not None and (isinstance(columns, str) or not all(isinstance(c, str) for c in columns)):
+            raise InvalidInputError("columns must be a list of column names")
+        expression, needed = _compile_filter(filter, self.schema)
+        return scan_fragments(self._store, fragments, self._schema, columns, expression, needed)
+
+    def _scan_table(
+        self, fragments: Sequence[FragmentMetadata], columns: Sequence[str] | None, filter: FilterLike
+    ) -> pa.Table:
+        schema = self._schema.project(list(columns)).to_arrow() if columns is not None else self.schema
+        tables = list(self._scan(fragments, columns, filter))
+        return pa.concat_tables(tables) if tables else schema.empty_table()
+
+    def to_table(self, columns: Sequence[str] | None = None, filter: FilterLike = None) -> pa.Table:
+        """Read the version into one table (optionally projected and filtered)."""
+        return self._scan_table(self._fragments, columns, filter)
+
+    def to_batches(self, columns: Sequence[str] | None = None, filter: FilterLike = None) -> Iterator[pa.RecordBatch]:
+        """Stream the version as record batches, one fragment at a time."""
+        for table in self._scan(self._fragments, columns, filter):
+            yield from table.to_batches()
+
+    # -- changing -------------------------------------------------------------
+    def delete(self, predicate: str | pc.Expression, *, conflict_retries: int = 10) -> dict[str, int]:
+        """Delete the rows matching ``predicate`` (SQL or pyarrow Expression).
+
+        Planned on this handle's version; on a retryable conflict the dataset is
+        re-read at its latest version and the delete redone (up to
+        ``conflict_retries`` times). Returns ``num_deleted_rows`` and the
+        resulting ``version``; nothing is committed when no row matches.
+        """
+        current: LanceDataset = self
+        for attempt in range(conflict_retries + 1):
+            operation, deleted = plan_delete(
+                current._store, current._fragments, current._schema, predicate, current.version
+            )
+            if operation is None:
+                return {"num_deleted_rows": 0, "version": current.version}
+            try:
+                new = LanceDataset.commit(current, operation, current.version)
+            except IncompatibleTransactionError:
+                raise
+            except CommitConflictError:
+                if attempt == conflict_retries:
+                    raise
+                current = _open_version(self._store, None)
+                continue
+            return {"num_deleted_rows": deleted, "version": new.version}
+        raise AssertionError("unreachable")
+
+    def restore(self) -> LanceDataset:
+        """Make this handle's (old) version the latest one, as a new commit."""
+        return LanceDataset.commit(self, LanceOperation.Restore(self.version), self.latest_version)
+
+    @staticmethod
+    def commit(
+        base_uri: str | os.PathLike[str] | LanceDataset,
+        operation: LanceOperation.BaseOperation,
+        read_version: int | None = None,
+        *,
+        storage_options: Mapping[str, str] | None = None,
+        max_retries: int = 20,
+        commit_message: str | None = None,
+        transaction_properties: Mapping[str, str] | None = None,
+        idempotency_key: str | None = None,
+        idempotency_lookback: int = DEFAULT_IDEMPOTENCY_LOOKBACK,
+    ) -> LanceDataset:
+        """Commit ``operation`` planned against ``read_version``; return the new version.
+
+        ``read_version`` may be omitted for an Overwrite (it then applies on
+        top of whatever is latest) and is required for other operations.
+        With ``idempotency_key``, if a version committed with the same key is
+        among the last ``idempotency_lookback`` versions, that version is
+        returned and nothing is committed.
+        """
+        store = base_uri.store if isinstance(base_uri, LanceDataset) else open_store(base_uri, storage_options)
+        if read_version is None:
+            if not isinstance(operation, LanceOperation.Overwrite):
+                raise InvalidInputError(f"read_version is required to commit {type(operation).__name__}")
+            read_version = max(list_versions(store), default=0)
+        transaction = Transaction(
+            read_version=read_version,
+            operation=operation,
+            transaction_properties=build_properties(commit_message, transaction_properties, idempotency_key),
+        )
+        manifest_file = commit_transaction(
+            store, transaction, max_retries=max_retries, idempotency_lookback=idempotency_lookback
+        )
+        return LanceDataset(store, manifest_file)
+
+
+def _open_version(store: ObjectStore, version: int | str | None) -> LanceDataset:
+    if version is None:
+        return LanceDataset(store, read_latest_manifest(store))
+    if isinstance(version, bool) or not isinstance(version, (int, str)):
+        raise InvalidInputError(f"version must be a number or a tag name, not {version!r}")
+    if isinstance(version, str):
+        version = Tags(store).get_version(version)
+    if version < 1:
+        raise VersionNotFoundError(f"version {version} of {store.uri} does not exist")
+    return LanceDataset(store, read_manifest(store, version))
+
+
+def dataset(
+    uri: str | os.PathLike[str],
+    version: int | str | None = None,
+    *,
+    storage_options: Mapping[str, str] | None = None,
+) -> LanceDataset:
+    """Open a dataset at its latest version, a version number, or a tag."""
+    return _open_version(open_store(uri, storage_options), version)
+
+
+def write_dataset(
+    data: DataLike,
+    uri: str | os.PathLike[str],
+    schema: pa.Schema | None = None,
+    mode: WriteMode = "create",
+    *,
+    max_rows_per_file: int = MAX_ROWS_PER_FILE,
+    max_bytes_per_file: int = MAX_BYTES_PER_FILE,
+    storage_options: Mapping[str, str] | None = None,
+    data_storage_version: str | None = None,
+    commit_message: str | None = None,
+    transaction_properties: Mapping[str, str] | None = None,
+) -> LanceDataset:
+    """Write ``data`` as a new dataset (``create``), a new version (``append``) or a
+    replacement (``overwrite``), in one atomic commit.
+
+    ``data_storage_version`` defaults to 2.0 for new datasets and to the
+    dataset's own version otherwise.
+    """
+    store = open_store(uri, storage_options)
+    existing, target, batches = prepare_write(store, data, schema, mode, data_storage_version)
+    fragments = write_data_files(
+        store, batches, target, max_rows_per_file=max_rows_per_file, max_bytes_per_file=max_bytes_per_file
+    )
+    operation: LanceOperation.BaseOperation
+    if mode == "append" and existing is not None:
+        operation = LanceOperation.Append(fragments)
+    else:
+        operation = LanceOperation.Overwrite(target, fragments)
+    transaction = Transaction(
+        read_version=existing.version if existing is not None else 0,
+        operation=operation,
+        transaction_properties=build_properties(commit_message, transaction_properties),
+    )
+    manifest_file = commit_transaction(store, transaction, create_only=mode == "create" or (
+        mode == "append" and existing is None
+    ))
+    return LanceDataset(store, manifest_file)

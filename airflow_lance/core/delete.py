@@ -1,0 +1,70 @@
+"""``LanceDataset.delete``: evaluate a predicate per fragment and write deletion vectors."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from airflow_lance.core.deletion import read_deletion_vector, write_deletion_vector
+from airflow_lance.core.filter import referenced_columns, to_expression
+from airflow_lance.core.fragment import FragmentMetadata
+from airflow_lance.core.scan import read_fragment
+from airflow_lance.core.schema import LanceSchema
+from airflow_lance.core.storage import ObjectStore
+from airflow_lance.core.transaction import LanceOperation
+
+
+_OFFSET_COLUMN = "__airflow_lance_row_offset"
+
+
+def _matching_offsets(
+    store: ObjectStore, fragment: FragmentMetadata, projection: LanceSchema, expression: pc.Expression
+) -> np.ndarray:
+    """Row offsets (physical, deletions ignored) where the predicate is true (null is false)."""
+    offsets = pa.array(np.arange(fragment.physical_rows, dtype=np.uint32))
+    if projection.top_level():
+        table = read_fragment(store, fragment, projection, with_deletions=False).append_column(_OFFSET_COLUMN, offsets)
+    else:
+        table = pa.table({_OFFSET_COLUMN: offsets})
+    return table.filter(expression).column(_OFFSET_COLUMN).to_numpy()
+
+
+def plan_delete(
+    store: ObjectStore,
+    fragments: Sequence[FragmentMetadata],
+    schema: LanceSchema,
+    predicate: str | pc.Expression,
+    read_version: int,
+) -> tuple[LanceOperation.Delete | None, int]:
+    """Write deletion vectors for ``predicate``; return (Delete operation or None, rows deleted)."""
+    arrow_schema = schema.to_arrow()
+    expression = to_expression(predicate, arrow_schema)
+    projection = schema.project(referenced_columns(expression, arrow_schema))
+    updated: list[FragmentMetadata] = []
+    removed: list[int] = []
+    total = 0
+    for fragment in fragments:
+        hits = _matching_offsets(store, fragment, projection, expression).astype(np.uint32)
+        if fragment.deletion_file is not None:
+            existing = read_deletion_vector(store, fragment.id, fragment.deletion_file)
+            new = np.setdiff1d(hits, existing, assume_unique=False)
+            merged = np.union1d(existing, hits)
+        else:
+            new = np.unique(hits)
+            merged = new
+        if not new.size:
+            continue
+        total += int(new.size)
+        if merged.size >= fragment.physical_rows:
+            removed.append(fragment.id)
+            continue
+        deletion = write_deletion_vector(store, fragment.id, read_version, merged.astype(np.uint32))
+        updated.append(dataclasses.replace(fragment, deletion_file=deletion))
+    if not total:
+        return None, 0
+    text = predicate if isinstance(predicate, str) else str(predicate)
+    return LanceOperation.Delete(updated, removed, text), total

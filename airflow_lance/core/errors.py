@@ -1,0 +1,85 @@
+"""The one exception tree of the Lance format core.
+
+Every error raised on purpose by ``airflow_lance.core`` derives from
+:class:`LanceError`. Errors coming from storage backends, protobuf or pyarrow
+are translated into these classes (with ``raise ... from``) where they cross
+into the core, so callers never need to catch backend-specific exceptions.
+"""
+
+from __future__ import annotations
+
+
+class LanceError(Exception):
+    """Base class of every error raised by the Lance format core."""
+
+
+class DatasetNotFoundError(LanceError, FileNotFoundError):
+    """No Lance dataset (no committed manifest) exists at the URI."""
+
+
+class DatasetAlreadyExistsError(LanceError, FileExistsError):
+    """``mode="create"`` was requested but the dataset already has versions."""
+
+
+class VersionNotFoundError(LanceError, LookupError):
+    """The requested version does not exist (or was cleaned up)."""
+
+
+class TagNotFoundError(LanceError, LookupError):
+    """The requested tag does not exist."""
+
+
+class TagAlreadyExistsError(LanceError, FileExistsError):
+    """A tag with that name exists already."""
+
+
+class SchemaMismatchError(LanceError, ValueError):
+    """Data does not match the dataset's schema (the message names the fields)."""
+
+
+class InvalidInputError(LanceError, ValueError):
+    """An argument is malformed or out of range (bad mode, bad filter, ...)."""
+
+
+class CorruptFileError(LanceError):
+    """A file of the dataset is malformed: bad magic, truncated, inconsistent.
+
+    ``path`` names the offending file.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+class UnsupportedFeatureError(LanceError, NotImplementedError):
+    """The dataset uses a feature this implementation does not support.
+
+    Raised for unknown reader/writer feature flags (as the format requires)
+    and for data this file version cannot represent.
+    """
+
+
+class StorageError(LanceError, OSError):
+    """An object store operation failed (network, permissions, ...)."""
+
+
+class CommitConflictError(LanceError):
+    """The commit lost against a concurrent, incompatible change.
+
+    Retryable: re-read the dataset and redo the operation. Nothing of this
+    commit became visible.
+    """
+
+
+class IncompatibleTransactionError(CommitConflictError):
+    """A concurrent transaction makes this operation impossible as planned
+    (for example, an Overwrite or Restore landed in between)."""
+
+
+class CommitStateUnknownError(LanceError):
+    """The commit may or may not have landed (e.g. the put timed out).
+
+    Never delete the files of such a commit: a version may reference them.
+    """

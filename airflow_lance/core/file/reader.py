@@ -1,0 +1,297 @@
+"""Reader of Lance 2.0 data files (ours and pylance's).
+
+::
+
+    reader = LanceFileReader(source, path="data/x.lance", file_size=None, column_index=None)
+    reader.version          # (major, minor) from the footer: (0, 3) or (2, 0)
+    reader.num_rows         # rows in the file (FileDescriptor.length)
+    reader.num_columns
+    reader.schema           # LanceSchema stored in the file (global buffer 0)
+    table = reader.read(schema=None, column_index=None)
+
+``source`` is a random-access ``pyarrow.NativeFile`` (``pa.memory_map``,
+``pa.OSFile``, ``pa.PythonFile`` over an fsspec file). Bytes are read with
+``seek`` + ``read_buffer`` so memory-mapped files are not copied; a reader is
+therefore not safe for concurrent use from several threads. ``path`` is only
+used in error messages.
+
+``read(schema, column_index=...)`` reads the top-level fields of ``schema`` (the
+*dataset* schema, possibly projected; its types, field metadata and schema
+metadata are those of the result). ``column_index`` maps field id -> column
+index (from ``DataFile.fields`` / ``column_indices``); by default the file's
+own schema order is used. A field without a column reads as nulls. Only the
+pages of the needed columns are read, with neighbouring byte ranges
+coalesced into one request.
+
+Top-level non-nested columns come back with one chunk per page, built over
+the read buffers without copying; struct and list columns come back as one
+chunk. Malformed files raise ``CorruptFileError`` naming the file, unknown
+encodings and other format versions ``UnsupportedFeatureError``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import struct
+from collections.abc import Mapping
+
+import numpy as np
+import pyarrow as pa
+from google.protobuf.message import DecodeError
+
+from airflow_lance.core._proto import file2_pb2, file_pb2
+from airflow_lance.core.errors import CorruptFileError, InvalidInputError, LanceError
+from airflow_lance.core.file import decode
+from airflow_lance.core.file.format import FOOTER_SIZE, TABLE_ENTRY, Footer, unwrap_array_encoding
+from airflow_lance.core.schema import LanceSchema
+
+#: Bytes read from the end of the file on open (footer, tables, usually all metadata).
+TAIL_BYTES = 64 * 1024
+#: Byte ranges closer than this are read with one request.
+COALESCE_GAP = 256 * 1024
+_MALFORMED = (IndexError, KeyError, ValueError, OverflowError, struct.error, DecodeError, pa.ArrowException)
+
+
+class LanceFileReader:
+    """Random-access reader of one Lance 2.0 data file."""
+
+    def __init__(
+        self,
+        source: pa.NativeFile,
+        *,
+        path: str,
+        file_size: int | None = None,
+        column_index: Mapping[int, int] | None = None,
+    ) -> None:
+        """Read and validate footer, offset tables and schema (``file_size`` 0/None: ask the source)."""
+        self.path = path
+        self._source = source
+        self._metadata_cache: dict[int, file2_pb2.ColumnMetadata] = {}
+        try:
+            self._open(file_size)
+        except LanceError:
+            raise
+        except _MALFORMED as exc:
+            raise CorruptFileError(path, f"malformed file metadata: {exc}") from exc
+        self._column_index = dict(column_index) if column_index is not None else {
+            f.id: i for i, f in enumerate(self.schema.fields)
+        }
+
+    def _open(self, file_size: int | None) -> None:
+        actual = self._source.size()
+        if file_size and file_size != actual:
+            raise CorruptFileError(self.path, f"file has {actual} bytes, expected {file_size}")
+        self.file_size = actual
+        tail_start = max(0, actual - TAIL_BYTES)
+        tail = self._read_range(tail_start, actual - tail_start)
+        footer = Footer.parse(tail.slice(max(0, tail.size - FOOTER_SIZE)).to_pybytes(), actual, self.path)
+        self._footer = footer
+        self.version = (footer.major, footer.minor)
+        self.num_columns = footer.num_columns
+        start = footer.column_meta_start
+        self._metadata = tail.slice(start - tail_start) if start >= tail_start else \
+            self._read_range(start, actual - start)
+        self._metadata_start = start
+        self._columns = self._table(footer.cmo_table_start, footer.num_columns)
+        if any(pos < start or pos + size > footer.cmo_table_start for pos, size in self._columns):
+            raise CorruptFileError(self.path, "column metadata offsets out of range")
+        buffers = self._table(footer.gbo_table_start, footer.num_global_buffers)
+        if not buffers:
+            raise CorruptFileError(self.path, "no global buffer with the file descriptor")
+        position, size = buffers[0]
+        if position + size > start:
+            raise CorruptFileError(self.path, "global buffer offsets out of range")
+        descriptor = file_pb2.FileDescriptor()
+        descriptor.ParseFromString(self._read_range(position, size).to_pybytes())
+        try:
+            self.schema = LanceSchema.from_fields(descriptor.schema.fields, descriptor.schema.metadata)
+        except InvalidInputError as exc:
+            raise CorruptFileError(self.path, f"bad schema in file descriptor: {exc}") from exc
+        self.num_rows = descriptor.length
+
+    # ------------------------------------------------------------------ low-level I/O
+
+    def _read_range(self, offset: int, size: int) -> pa.Buffer:
+        if offset < 0 or size < 0 or offset + size > self.file_size:
+            raise CorruptFileError(self.path, f"byte range [{offset}, {offset + size}) outside the file")
+        if size == 0:
+            return pa.py_buffer(b"")
+        self._source.seek(offset)
+        data = self._source.read_buffer(size)
+        if data.size != size:
+            raise CorruptFileError(self.path, f"truncated: wanted {size} bytes at {offset}, got {data.size}")
+        return data
+
+    def _table(self, position: int, count: int) -> list[tuple[int, int]]:
+        """(position, size) entries of the CMO or GBO table (inside the metadata region)."""
+        start = position - self._metadata_start
+        raw = self._metadata.slice(start, count * TABLE_ENTRY.size).to_pybytes()
+        if start < 0 or len(raw) != count * TABLE_ENTRY.size:
+            raise CorruptFileError(self.path, "offset table outside the metadata region")
+        return [TABLE_ENTRY.unpack_from(raw, i * TABLE_ENTRY.size) for i in range(count)]
+
+    def column_metadata(self, column: int) -> file2_pb2.ColumnMetadata:
+        """The parsed ``ColumnMetadata`` of one column (cached)."""
+        cached = self._metadata_cache.get(column)
+        if cached is not None:
+            return cached
+        if not 0 <= column < self.num_columns:
+            raise CorruptFileError(self.path, f"column index {column} out of range ({self.num_columns} columns)")
+        position, size = self._columns[column]
+        metadata = file2_pb2.ColumnMetadata()
+        metadata.ParseFromString(self._metadata.slice(position - self._metadata_start, size).to_pybytes())
+        for page in metadata.pages:
+            if len(page.buffer_offsets) != len(page.buffer_sizes):
+                raise CorruptFileError(self.path, f"column {column}: page buffer tables differ in length")
+            for offset, length in zip(page.buffer_offsets, page.buffer_sizes):
+                if offset + length > self._metadata_start:
+                    raise CorruptFileError(self.path, f"column {column}: page buffer outside the data region")
+        self._metadata_cache[column] = metadata
+        return metadata
+
+    def _load_pages(self, columns: list[int]) -> dict[tuple[int, int], list[pa.Buffer]]:
+        """Read the buffers of every page of ``columns`` with coalesced requests."""
+        wanted = sorted({
+            (offset, size)
+            for column in columns
+            for page in self.column_metadata(column).pages
+            for offset, size in zip(page.buffer_offsets, page.buffer_sizes)
+            if size
+        })
+        starts: list[int] = []
+        blocks: list[pa.Buffer] = []
+        run_start = run_end = -1
+        for offset, size in [*wanted, (None, 0)]:
+            if offset is None or offset > run_end + COALESCE_GAP or run_start < 0:
+                if run_start >= 0:
+                    starts.append(run_start)
+                    blocks.append(self._read_range(run_start, run_end - run_start))
+                if offset is None:
+                    break
+                run_start, run_end = offset, offset + size
+            else:
+                run_end = max(run_end, offset + size)
+        empty = pa.py_buffer(b"")
+        out: dict[tuple[int, int], list[pa.Buffer]] = {}
+        for column in columns:
+            for number, page in enumerate(self.column_metadata(column).pages):
+                buffers = []
+                for offset, size in zip(page.buffer_offsets, page.buffer_sizes):
+                    if not size:
+                        buffers.append(empty)
+                        continue
+                    block = bisect.bisect_right(starts, offset) - 1
+                    buffers.append(blocks[block].slice(offset - starts[block], size))
+                out[(column, number)] = buffers
+        return out
+
+    # ------------------------------------------------------------------ reading
+
+    def read(self, schema: LanceSchema | None = None, *, column_index: Mapping[int, int] | None = None) -> pa.Table:
+        """Read the top-level fields of ``schema`` (default: the file's schema) as a table."""
+        schema = schema if schema is not None else self.schema
+        mapping = dict(column_index) if column_index is not None else self._column_index
+        try:
+            return self._read(schema, mapping)
+        except LanceError:
+            raise
+        except _MALFORMED as exc:
+            raise CorruptFileError(self.path, f"malformed data: {exc}") from exc
+
+    def _read(self, schema: LanceSchema, mapping: dict[int, int]) -> pa.Table:
+        arrow_schema = schema.to_arrow()
+        tops = schema.top_level()
+        columns = sorted({mapping[i] for top in tops for i in schema.subtree_ids(top.id) if i in mapping})
+        assembler = _Assembler(self, schema, mapping, self._load_pages(columns))
+        arrays = []
+        for top, arrow_field in zip(tops, arrow_schema):
+            chunks = assembler.field_chunks(top, arrow_field.type, self.num_rows, top_level=True)
+            arrays.append(pa.chunked_array(chunks, type=arrow_field.type))
+        return pa.Table.from_arrays(arrays, schema=arrow_schema)
+
+
+class _Assembler:
+    """Builds Arrow arrays for fields from their columns' decoded pages."""
+
+    def __init__(
+        self,
+        reader: LanceFileReader,
+        schema: LanceSchema,
+        mapping: dict[int, int],
+        buffers: dict[tuple[int, int], list[pa.Buffer]],
+    ) -> None:
+        self.reader = reader
+        self.schema = schema
+        self.mapping = mapping
+        self.buffers = buffers
+
+    def _pages(self, column: int, field: file_pb2.Field):
+        """(page metadata, decode.Page, ArrayEncoding) of every page of ``column``."""
+        path = self.reader.path
+        for number, page in enumerate(self.reader.column_metadata(column).pages):
+            where = f"column {column} ({field.name!r}) page {number}"
+            encoding = unwrap_array_encoding(page.encoding, path)
+            yield page, decode.Page(self.buffers[(column, number)], path, where), encoding
+
+    def field_chunks(self, field: file_pb2.Field, dtype: pa.DataType, rows: int, *, top_level: bool = False
+                     ) -> list[pa.Array]:
+        """The values of ``field`` (``rows`` of them) as a list of chunks."""
+        column = self.mapping.get(field.id)
+        if column is None:
+            return [pa.nulls(rows, dtype)]
+        stored = sum(page.length for page in self.reader.column_metadata(column).pages)
+        if stored != rows:
+            raise CorruptFileError(self.reader.path, f"field {field.name!r} has {stored} values, expected {rows}")
+        if pa.types.is_struct(dtype):
+            chunks = [self._struct(field, dtype, column)]
+        elif pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
+            chunks = [self._list(field, dtype, column)]
+        else:
+            chunks = [decode.decode_array(encoding, page, meta.length, dtype)
+                      for meta, page, encoding in self._pages(column, field)]
+        if sum(len(c) for c in chunks) != rows:
+            raise CorruptFileError(self.reader.path, f"field {field.name!r}: decoded length differs from the pages")
+        return chunks if top_level else [_concat(chunks, dtype)]
+
+    def _struct(self, field: file_pb2.Field, dtype: pa.StructType, column: int) -> pa.Array:
+        rows = 0
+        for meta, page, encoding in self._pages(column, field):
+            if encoding.WhichOneof("array_encoding") != "struct":
+                raise page.unsupported(f"struct encoding {encoding.WhichOneof('array_encoding')!r}")
+            rows += meta.length
+        children = [
+            self.field_chunks(child, dtype.field(i).type, rows)[0]
+            for i, child in enumerate(self.schema.children(field.id))
+        ]
+        return pa.Array.from_buffers(dtype, rows, [None], children=children)
+
+    def _list(self, field: file_pb2.Field, dtype: pa.DataType, column: int) -> pa.Array:
+        ends, masks, lengths = [], [], []
+        base = 0
+        for meta, page, encoding in self._pages(column, field):
+            page_ends, nulls, items = decode.decode_list_page(encoding, page, meta.length)
+            ends.append(page_ends + base)
+            masks.append(nulls)
+            lengths.append(meta.length)
+            base += items
+        (child,) = self.schema.children(field.id)
+        items = self.field_chunks(child, dtype.value_type, base)[0]
+        large = pa.types.is_large_list(dtype)
+        all_ends = np.concatenate(ends) if ends else np.zeros(0, dtype=np.int64)
+        rows = len(all_ends)
+        nulls = None
+        if any(m is not None for m in masks):
+            nulls = np.concatenate([np.zeros(n, bool) if m is None else m for m, n in zip(masks, lengths)])
+        where = decode.Page([], self.reader.path, f"list field {field.name!r}")
+        offsets = decode.arrow_offsets(all_ends, large, where)
+        return pa.Array.from_buffers(dtype, rows, [decode.validity_from_nulls(nulls), offsets], children=[items])
+
+
+def _concat(chunks: list[pa.Array], dtype: pa.DataType) -> pa.Array:
+    if len(chunks) == 1:
+        return chunks[0]
+    if not chunks:
+        return pa.array([], type=dtype)
+    if pa.types.is_dictionary(dtype):
+        return pa.chunked_array(chunks, type=dtype).unify_dictionaries().combine_chunks()
+    return pa.concat_arrays(chunks)

@@ -1,0 +1,214 @@
+"""Streaming writer of Lance 2.0 data files.
+
+::
+
+    writer = LanceFileWriter(sink, schema, max_page_bytes=8 * 1024 * 1024)
+    writer.write_batch(batch)          # pa.RecordBatch or pa.Table, any number of times
+    writer.num_rows                    # rows written so far
+    writer.bytes_written               # bytes handed to the sink + bytes buffered in pages
+    size = writer.finish()             # footer written; returns the file size
+    writer.field_ids, writer.column_indices   # for DataFile.fields / column_indices
+
+``sink`` is any binary file-like object with ``write``; offsets are tracked
+here, no ``seek``/``tell`` is needed. Every Lance field (parents included) is
+one column (format notes 6.2). Each column buffers its values until about
+``max_page_bytes`` are pending, then writes a page; pages never split a row,
+list items and struct children page independently of their parents. A single
+value larger than the limit gets a page of its own.
+
+Batches are aligned to the schema first (:meth:`LanceSchema.align`): columns
+are selected by name, struct children may come in any order, and types that
+map to the same Lance type (e.g. a fixed-size-list item name) are cast.
+Struct nulls cannot be stored in 2.0 files: ``UnsupportedFeatureError``.
+"""
+
+from __future__ import annotations
+
+from typing import BinaryIO
+
+import pyarrow as pa
+
+from airflow_lance.core._proto import file2_pb2, file_pb2
+from airflow_lance.core.errors import InvalidInputError, UnsupportedFeatureError
+from airflow_lance.core.file import encode
+from airflow_lance.core.file.format import (
+    ARRAY_ENCODING_URL,
+    COLUMN_ENCODING,
+    PADDING_BYTE,
+    TABLE_ENTRY,
+    WRITE_VERSION,
+    Footer,
+    align_padding,
+    wrap_any,
+)
+from airflow_lance.core.schema import LanceSchema
+
+DEFAULT_MAX_PAGE_BYTES = 8 * 1024 * 1024
+
+
+class _Column:
+    """Pending values and written pages of one column."""
+
+    def __init__(self, index: int, path: str, dtype: pa.DataType, writer: LanceFileWriter) -> None:
+        self.index = index
+        self.path = path
+        self.kind = encode.column_kind(dtype, path)
+        self.children: list[_Column] = []
+        self.pages: list[file2_pb2.ColumnMetadata.Page] = []
+        self.pending: list[pa.Array] = []
+        self.pending_items = 0
+        self.pending_bytes = 0
+        self._writer = writer
+
+    def append(self, array: pa.Array) -> None:
+        """Add the next items of this column (and route nested values to child columns)."""
+        if self.kind == encode.STRUCT:
+            if array.null_count:
+                raise UnsupportedFeatureError(
+                    f"The struct field `{self.path}` contains {array.null_count} null value(s), but Lance file "
+                    "version 2.0 does not encode struct validity"
+                )
+            for i, child in enumerate(self.children):
+                child.append(array.field(i))
+        elif self.kind == encode.LIST:
+            self.children[0].append(encode.list_items(array))
+        self._add(array)
+
+    def _add(self, array: pa.Array) -> None:
+        limit = self._writer.max_page_bytes
+        while len(array):
+            size = encode.page_bytes(self.kind, array)
+            if self.pending_bytes + size < limit:
+                self._keep(array, size)
+                return
+            take = encode.rows_that_fit(self.kind, array, limit - self.pending_bytes)
+            if take == 0 and not self.pending:
+                take = 1
+            if take:
+                head = array.slice(0, take)
+                self._keep(head, encode.page_bytes(self.kind, head))
+            self.flush()
+            array = array.slice(take)
+
+    def _keep(self, array: pa.Array, size: int) -> None:
+        if self.kind not in (encode.STRUCT, encode.NULL):  # their pages only count rows
+            self.pending.append(array)
+        self.pending_items += len(array)
+        self.pending_bytes += size
+
+    def flush(self, *, final: bool = False) -> None:
+        """Write the pending items as a page (``final``: also an empty page if the column has none)."""
+        if self.pending_items == 0 and not (final and not self.pages and self._writer.num_rows):
+            return
+        page = encode.encode_page(self.kind, self.pending, self.pending_items)
+        self.pages.append(self._writer._write_page(page))
+        self.pending, self.pending_items, self.pending_bytes = [], 0, 0
+
+
+class LanceFileWriter:
+    """Writes one Lance data file (format 2.0, footer version 0.3) to ``sink``."""
+
+    def __init__(self, sink: BinaryIO, schema: LanceSchema, *, max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES) -> None:
+        """Prepare a file for ``schema``; raises ``UnsupportedFeatureError`` for unwritable types."""
+        if max_page_bytes <= 0:
+            raise InvalidInputError(f"max_page_bytes must be positive, got {max_page_bytes}")
+        self.max_page_bytes = max_page_bytes
+        self.schema = schema
+        self._arrow_schema = schema.to_arrow()
+        self._sink = sink
+        self._position = 0
+        self._num_rows = 0
+        self._finished = False
+        self._columns: list[_Column] = []
+        self._top = [self._build(schema, f, f.name) for f in schema.top_level()]
+
+    def _build(self, schema: LanceSchema, field: file_pb2.Field, path: str) -> _Column:
+        column = _Column(len(self._columns), path, schema.arrow_field(field.id).type, self)
+        self._columns.append(column)
+        column.children = [self._build(schema, child, f"{path}.{child.name}") for child in schema.children(field.id)]
+        return column
+
+    # ------------------------------------------------------------------ public API
+
+    @property
+    def num_rows(self) -> int:
+        """Rows written so far."""
+        return self._num_rows
+
+    @property
+    def bytes_written(self) -> int:
+        """Bytes handed to the sink plus the bytes buffered for pending pages."""
+        return self._position + sum(c.pending_bytes for c in self._columns)
+
+    @property
+    def field_ids(self) -> list[int]:
+        """``DataFile.fields``: every field id in pre-order, parents included."""
+        return self.schema.field_ids()
+
+    @property
+    def column_indices(self) -> list[int]:
+        """``DataFile.column_indices``: ``0 .. n-1``, one column per field."""
+        return list(range(len(self._columns)))
+
+    def write_batch(self, batch: pa.RecordBatch | pa.Table) -> None:
+        """Append rows; the data is aligned to the schema (see module docstring)."""
+        if self._finished:
+            raise InvalidInputError("write_batch() after finish()")
+        if batch.num_rows == 0:
+            return
+        batch = self.schema.align(batch)
+        for column, data in zip(self._top, batch.columns):
+            chunks = data.chunks if isinstance(data, pa.ChunkedArray) else [data]
+            for chunk in chunks:
+                column.append(chunk)
+        self._num_rows += batch.num_rows
+
+    def finish(self) -> int:
+        """Write the remaining pages, schema, metadata and footer; return the file size."""
+        if self._finished:
+            raise InvalidInputError("finish() called twice")
+        self._finished = True
+        for column in self._columns:
+            column.flush(final=True)
+        descriptor = file_pb2.FileDescriptor(schema=self.schema.to_proto(), length=self._num_rows)
+        global_buffers = [self._write_buffer([descriptor.SerializeToString()])]
+        column_meta_start = self._position
+        column_entries = []
+        for column in self._columns:
+            metadata = file2_pb2.ColumnMetadata(encoding=COLUMN_ENCODING, pages=column.pages).SerializeToString()
+            column_entries.append((self._position, len(metadata)))
+            self._write(metadata)
+        cmo_table_start = self._position
+        self._write(b"".join(TABLE_ENTRY.pack(*entry) for entry in column_entries))
+        gbo_table_start = self._position
+        self._write(b"".join(TABLE_ENTRY.pack(*entry) for entry in global_buffers))
+        footer = Footer(column_meta_start, cmo_table_start, gbo_table_start, len(global_buffers),
+                        len(self._columns), *WRITE_VERSION)
+        self._write(footer.pack())
+        return self._position
+
+    # ------------------------------------------------------------------ output
+
+    def _write(self, data: bytes | pa.Buffer) -> None:
+        self._sink.write(data)
+        self._position += len(data)
+
+    def _write_buffer(self, segments: list[bytes | pa.Buffer]) -> tuple[int, int]:
+        """Write one 64-byte aligned buffer; returns (position, size)."""
+        padding = align_padding(self._position)
+        if padding:
+            self._write(PADDING_BYTE * padding)
+        start = self._position
+        for segment in segments:
+            self._write(segment)
+        return start, self._position - start
+
+    def _write_page(self, page: encode.EncodedPage) -> file2_pb2.ColumnMetadata.Page:
+        positions = [self._write_buffer(segments) for segments in page.buffers]
+        return file2_pb2.ColumnMetadata.Page(
+            buffer_offsets=[p for p, _ in positions],
+            buffer_sizes=[s for _, s in positions],
+            length=page.length,
+            encoding=wrap_any(page.encoding, ARRAY_ENCODING_URL),
+            priority=0,
+        )

@@ -1,0 +1,776 @@
+"""The filter language of ``LanceDataset.to_table(filter=...)`` and ``delete(predicate)``.
+
+A filter is either a SQL WHERE-clause (the dialect pylance accepts) or a pyarrow
+compute :class:`~pyarrow.compute.Expression`. SQL is parsed with sqlglot and
+translated node by node into a pyarrow Expression; evaluating it stays pyarrow's
+(vectorised) job.
+
+Semantics follow pylance / DataFusion:
+
+* SQL three-valued logic: comparisons with NULL are NULL, AND/OR are Kleene,
+  ``NOT NULL`` is NULL, and a row is selected only where the filter is true.
+* Unquoted top-level column names match case-insensitively when no column has
+  the exact name; backtick-quoted names and struct fields match exactly.
+  Double quotes delimit *strings*, as in pylance (``name = "ab"``).
+* A literal compared with a column is cast to the column's type when that is
+  lossless (``u8 = 200``, ``amount = 10.5``, ``tsz > timestamp '...'``) and
+  always for float columns (``f32 = 1.1`` compares as float32).
+* ``/`` on integers truncates and ``%`` takes the sign of the dividend.
+"""
+
+from __future__ import annotations
+
+import decimal
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial, reduce
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import sqlglot
+from sqlglot import exp
+from sqlglot.dialects.dialect import Dialect
+from sqlglot.errors import ParseError, TokenError
+from sqlglot.tokens import Tokenizer
+
+from airflow_lance.core.errors import InvalidInputError
+
+__all__ = ["referenced_columns", "to_expression"]
+
+Predicate = str | pc.Expression
+
+_ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
+_TIME_UNITS = {0: "s", 3: "ms", 6: "us", 9: "ns"}
+_DEFAULT_TIME_UNIT = "us"
+_INT64_MAX = 2**63 - 1
+_MAX_INTEGER_DIGITS = 20  # of any 64-bit integer
+_DECIMAL128_MAX_PRECISION = 38
+
+
+class _LanceFilterDialect(Dialect):
+    """pylance's SQL: backticks quote identifiers, '...' and "..." are strings."""
+
+    class Tokenizer(Tokenizer):
+        IDENTIFIERS = ["`"]
+        QUOTES = ["'", '"']
+
+
+# --------------------------------------------------------------------------- API
+
+
+def to_expression(predicate: Predicate, schema: pa.Schema) -> pc.Expression:
+    """Translate a filter into a boolean pyarrow Expression over ``schema``.
+
+    Args:
+        predicate: a SQL WHERE-clause (``"x > 1 AND name LIKE 'a%'"``) or a
+            pyarrow Expression.
+        schema: the schema of the data the filter will be applied to.
+
+    Returns:
+        A pyarrow Expression evaluating to boolean; a row is selected where it
+        is true (false and null reject the row).
+
+    Raises:
+        InvalidInputError: the SQL is malformed (with sqlglot's line/column),
+            names an unknown column or struct field, combines incompatible
+            types, uses an unsupported construct or function, or does not
+            evaluate to a boolean; an Expression does not bind to ``schema``.
+    """
+    if isinstance(predicate, str):
+        return _Translator(schema).translate_filter(predicate)
+    if isinstance(predicate, pc.Expression):
+        _check_binds(predicate, schema, f"filter expression {predicate}")
+        return predicate
+    raise InvalidInputError(
+        f"a filter must be a SQL string or a pyarrow.compute.Expression, "
+        f"not {type(predicate).__name__}"
+    )
+
+
+def referenced_columns(predicate: Predicate, schema: pa.Schema) -> list[str]:
+    """The top-level columns of ``schema`` that ``predicate`` reads.
+
+    For SQL the names come from the translated AST, in order of first use
+    (``s.a = 1`` needs ``s``). For an Expression they are found by binding it
+    to sub-schemas, in schema order. The predicate is validated as by
+    :func:`to_expression`.
+
+    Raises:
+        InvalidInputError: as :func:`to_expression`.
+    """
+    if isinstance(predicate, str):
+        translator = _Translator(schema)
+        translator.translate_filter(predicate)
+        return translator.columns
+    return _bound_columns(to_expression(predicate, schema), schema)
+
+
+# ------------------------------------------------------- pyarrow Expression input
+
+
+def _binds(expression: pc.Expression, fields: Sequence[pa.Field]) -> bool:
+    """Whether ``expression`` is a valid boolean filter over ``fields``."""
+    try:
+        pa.schema(fields).empty_table().filter(expression)
+    except _ARROW_ERRORS:
+        return False
+    return True
+
+
+def _check_binds(expression: pc.Expression, schema: pa.Schema, what: str) -> None:
+    try:
+        schema.empty_table().filter(expression)
+    except _ARROW_ERRORS as error:
+        reason = str(error).splitlines()[0]  # pyarrow goes on to print the schema
+        raise InvalidInputError(
+            f"{what} is not a boolean condition over the schema: {reason} "
+            f"(available columns: {', '.join(schema.names)})"
+        ) from error
+
+
+def _bound_columns(expression: pc.Expression, schema: pa.Schema) -> list[str]:
+    """The top-level fields ``expression`` needs, by group testing on sub-schemas."""
+
+    def needed(candidates: list[pa.Field], kept: list[pa.Field]) -> list[pa.Field]:
+        if not candidates or _binds(expression, kept):
+            return []
+        if len(candidates) == 1:
+            return candidates
+        half = len(candidates) // 2
+        first = needed(candidates[:half], kept + candidates[half:])
+        return first + needed(candidates[half:], kept + first)
+
+    return [field.name for field in needed(list(schema), [])]
+
+
+# ------------------------------------------------------------------ SQL operands
+
+
+@dataclass(frozen=True)
+class _Operand:
+    """A translated SQL node: its Expression, result type and SQL text.
+
+    ``scalar`` holds the value when the node is a constant literal, so that it
+    can still be cast to the type of what it is compared with.
+    """
+
+    expr: pc.Expression
+    type: pa.DataType
+    sql: str
+    scalar: pa.Scalar | None = None
+
+
+def _constant(value: pa.Scalar, sql: str) -> _Operand:
+    return _Operand(pc.scalar(value), value.type, sql, value)
+
+
+def _apply(
+    function: Callable[..., Any], operands: Sequence[_Operand], sql: str
+) -> _Operand:
+    """Apply a pyarrow compute function, first to one-null arrays of the operand
+    types: that checks the types (and compiles regular expressions) up front."""
+    try:
+        probe = function(*(pa.nulls(1, operand.type) for operand in operands))
+    except _ARROW_ERRORS as error:
+        types = ", ".join(f"{operand.sql} is {operand.type}" for operand in operands)
+        raise InvalidInputError(f"cannot evaluate {sql} ({types}): {error}") from error
+    return _Operand(function(*(operand.expr for operand in operands)), probe.type, sql)
+
+
+def _family(data_type: pa.DataType) -> str:
+    """The group of types a literal may be converted within."""
+    if pa.types.is_integer(data_type) or pa.types.is_floating(data_type):
+        return "numeric"
+    if pa.types.is_decimal(data_type):
+        return "numeric"
+    if pa.types.is_string(data_type) or pa.types.is_large_string(data_type):
+        return "string"
+    if pa.types.is_date(data_type) or pa.types.is_timestamp(data_type):
+        return "temporal"
+    return str(data_type)
+
+
+def _as_decimal(value: pa.Scalar) -> pa.Scalar | None:
+    """A number literal as the narrowest decimal (``repr`` of a float round-trips)."""
+    try:
+        return pa.scalar(decimal.Decimal(str(value.as_py())))
+    except (*_ARROW_ERRORS, ValueError, OverflowError):
+        return None
+
+
+def _lossless_cast(value: pa.Scalar, target: pa.DataType) -> pa.Scalar | None:
+    """``value`` as ``target`` if that round-trips exactly, else None."""
+    try:
+        cast = value.cast(target)
+        exact = cast.cast(value.type).equals(value)
+    except (*_ARROW_ERRORS, OverflowError):
+        return None
+    return cast if exact else None
+
+
+def _converted_literal(value: pa.Scalar, target: pa.DataType) -> pa.Scalar | None:
+    """A literal as ``target`` where SQL converts it implicitly, else None."""
+    if not value.is_valid:
+        return pa.scalar(None, target)
+    families = (_family(value.type), _family(target))
+    if families == ("string", "temporal"):
+        return _parse_temporal(value.as_py(), target)
+    if families[0] != families[1]:
+        return None
+    if pa.types.is_floating(target):
+        return pa.scalar(float(value.as_py()), target)
+    if pa.types.is_decimal(target) and not pa.types.is_decimal(value.type):
+        value = _as_decimal(value)
+    return None if value is None else _lossless_cast(value, target)
+
+
+def _coerce(operand: _Operand, other: _Operand) -> _Operand:
+    """Convert a literal ``operand`` to the type of the ``other`` side.
+
+    NULL takes the type, a string becomes a date or timestamp, a number is
+    rounded to a float type or cast losslessly to an integer or decimal type.
+    An integer out of range of an integer column is an error (as in pylance);
+    other literals are left for pyarrow's implicit casts (``x > 1.5``).
+    """
+    value, target = operand.scalar, other.type
+    if value is None or other.scalar is not None or value.type == target:
+        return operand
+    converted = _converted_literal(value, target)
+    if converted is not None:
+        return _constant(converted, operand.sql)
+    if pa.types.is_integer(value.type) and pa.types.is_integer(target):
+        raise InvalidInputError(f"{operand.sql} is out of the range of {other.sql} ({target})")
+    return operand
+
+
+def _coerce_pair(left: _Operand, right: _Operand) -> tuple[_Operand, _Operand]:
+    """Convert a literal on one side to the type of the other side."""
+    return _coerce(left, right), _coerce(right, left)
+
+
+def _compare(
+    function: Callable[..., Any], left: _Operand, right: _Operand, sql: str
+) -> _Operand:
+    return _apply(function, _coerce_pair(left, right), sql)
+
+
+def _typed_null(operand: _Operand, target: pa.DataType) -> _Operand:
+    """A NULL literal as a null of ``target``; anything else unchanged."""
+    if operand.scalar is None or operand.scalar.is_valid:
+        return operand
+    return _constant(pa.scalar(None, target), operand.sql)
+
+
+def _arithmetic_literal(operand: _Operand, other: _Operand) -> _Operand:
+    """NULL takes the other side's type; an integer beside a decimal becomes one
+    (pyarrow would cast it to the decimal's own precision and overflow)."""
+    value = operand.scalar
+    if value is None or not value.is_valid:
+        return _typed_null(operand, other.type)
+    if pa.types.is_decimal(other.type) and pa.types.is_integer(value.type):
+        return _constant(pa.scalar(decimal.Decimal(value.as_py())), operand.sql)
+    return operand
+
+
+def _require_boolean(operand: _Operand) -> _Operand:
+    if not pa.types.is_boolean(operand.type):
+        raise InvalidInputError(f"{operand.sql} is {operand.type}, not a boolean condition")
+    return operand
+
+
+def _cast_options(target: pa.DataType) -> pc.CastOptions:
+    """SQL CAST: truncates fractions (like DataFusion); overflow is an error."""
+    return pc.CastOptions(
+        target, allow_float_truncate=True, allow_decimal_truncate=True, allow_time_truncate=True
+    )
+
+
+def _parse_timestamp(string: pa.Scalar, target: pa.TimestampType) -> pa.Scalar:
+    naive = pa.timestamp(target.unit)
+    try:
+        parsed = string.cast(naive)
+    except pa.ArrowInvalid:  # with a zone offset: convert to UTC
+        parsed = string.cast(pa.timestamp(target.unit, "UTC")).cast(naive)
+    return parsed.cast(target)
+
+
+def _parse_temporal(text: str, target: pa.DataType) -> pa.Scalar:
+    """Parse an ISO-8601 string as ``target`` (a date or timestamp type).
+
+    A zone offset (``+02:00``, ``Z``) is converted to UTC; a naive timestamp
+    compared with a zoned column is taken as UTC.
+    """
+    string = pa.scalar(text)
+    try:
+        if pa.types.is_date(target):
+            return string.cast(target)
+        return _parse_timestamp(string, target)
+    except _ARROW_ERRORS as error:
+        raise InvalidInputError(
+            f"cannot read {text!r} as {target} (an ISO-8601 date or time within its precision)"
+        ) from error
+
+
+def _cast_function(source: pa.DataType, target: pa.DataType) -> Callable[[Any], Any]:
+    """SQL CAST from ``source`` to ``target`` as a function of arrays or Expressions.
+
+    pyarrow casts an integer type only to decimals with room for all its values,
+    so integers go through such a decimal first.
+    """
+    options = _cast_options(target)
+    if pa.types.is_integer(source) and pa.types.is_decimal(target):
+        wide = _decimal(_MAX_INTEGER_DIGITS + target.scale, target.scale)
+        return lambda value: value.cast(wide).cast(options=options)
+    return lambda value: value.cast(options=options)
+
+
+def _cast_literal(value: pa.Scalar, target: pa.DataType, sql: str) -> pa.Scalar:
+    if _family(value.type) == "string" and _family(target) == "temporal":
+        return _parse_temporal(value.as_py(), target)
+    try:
+        return _cast_function(value.type, target)(value)
+    except _ARROW_ERRORS as error:
+        raise InvalidInputError(f"cannot evaluate {sql}: {error}") from error
+
+
+def _number(text: str) -> pa.Scalar:
+    """A numeric literal: int64 (uint64 beyond int64) if integral, else float64."""
+    if not text.isdigit():
+        return pa.scalar(float(text))
+    value = int(text)
+    if value > _INT64_MAX:
+        try:
+            return pa.scalar(value, pa.uint64())
+        except OverflowError as error:
+            raise InvalidInputError(f"integer literal {text} is out of range") from error
+    return pa.scalar(value)
+
+
+def _is_numeric(data_type: pa.DataType) -> bool:
+    return _family(data_type) == "numeric"
+
+
+def _integer_remainder(dividend: Any, divisor: Any) -> Any:
+    """SQL ``%`` on integers: ``/`` truncates, so the sign is the dividend's."""
+    return pc.subtract(dividend, pc.multiply(pc.divide(dividend, divisor), divisor))
+
+
+def _float_remainder(dividend: Any, divisor: Any) -> Any:
+    """SQL ``%`` on floats (C ``fmod``): ``x - trunc(x / y) * y``."""
+    quotient = pc.trunc(pc.divide(dividend, divisor))
+    return pc.subtract(dividend, pc.multiply(quotient, divisor))
+
+
+def _not_distinct(left: Any, right: Any) -> Any:
+    """``left IS NOT DISTINCT FROM right``: equality where NULL equals NULL."""
+    both_null = pc.and_kleene(pc.is_null(left), pc.is_null(right))
+    return pc.coalesce(pc.equal(left, right), both_null)
+
+
+def _distinct(left: Any, right: Any) -> Any:
+    return pc.invert(_not_distinct(left, right))
+
+
+def _is_true(value: Any) -> Any:
+    return pc.coalesce(value, False)
+
+
+def _is_false(value: Any) -> Any:
+    return pc.coalesce(pc.invert(value), False)
+
+
+def _in_value_set(value: Any, value_set: pa.Array, has_null: bool) -> Any:
+    """SQL ``value IN (...)`` over literals: NULL when ``value`` is NULL, or
+    when it is not found and the list holds a NULL."""
+    found = pc.is_in(value, value_set=value_set, skip_nulls=True)
+    result = pc.if_else(pc.is_valid(value), found, pa.scalar(None, pa.bool_()))
+    return pc.or_kleene(result, pa.scalar(None, pa.bool_())) if has_null else result
+
+
+def _in_literals(value: _Operand, items: list[_Operand], sql: str) -> _Operand:
+    """``value IN (...)`` over literals of the value's type: one hash lookup per row."""
+    scalars = [item.scalar for item in items]
+    value_set = pa.array([scalar for scalar in scalars if scalar.is_valid], value.type)
+    has_null = not all(scalar.is_valid for scalar in scalars)
+    function = partial(_in_value_set, value_set=value_set, has_null=has_null)
+    return _apply(function, [value], sql)
+
+
+def _backslash_escaped(pattern: str, escape: str) -> str:
+    """Rewrite a LIKE pattern using ``escape`` to pyarrow's backslash escaping."""
+    if escape == "\\":
+        return pattern
+    rewritten, chars = [], iter(pattern)
+    for char in chars:
+        if char == escape:
+            rewritten.append("\\" + next(chars, ""))
+        else:
+            rewritten.append("\\\\" if char == "\\" else char)
+    return "".join(rewritten)
+
+
+def _string_literal(node: exp.Expression, what: str) -> str:
+    if isinstance(node, exp.Literal) and node.is_string:
+        return node.this
+    raise InvalidInputError(f"{what} must be a string literal, not {_sql(node)}")
+
+
+def _sql(node: exp.Expression) -> str:
+    return node.sql(dialect=_LanceFilterDialect)
+
+
+def _unsupported(node: exp.Expression) -> InvalidInputError:
+    if isinstance(node, exp.Anonymous):
+        what = f"function {node.name}()"
+    elif isinstance(node, exp.AggFunc):
+        what = f"aggregate function {node.sql_name()}()"
+    elif isinstance(node, exp.Func):
+        what = f"function {node.sql_name()}()"
+    elif isinstance(node, (exp.Subquery, exp.Query)):
+        what = "subquery"
+    else:
+        what = node.key.upper()
+    return InvalidInputError(f"unsupported SQL construct in filter: {what} in {_sql(node)}")
+
+
+def _syntax_error(sql: str, error: ParseError | TokenError) -> InvalidInputError:
+    details = getattr(error, "errors", None)
+    if not details:
+        return InvalidInputError(f"malformed filter {sql!r}: {error}")
+    first = details[0]
+    return InvalidInputError(
+        f"malformed filter {sql!r}: {first['description']} at line {first['line']}, "
+        f"column {first['col']} (near {first['highlight']!r})"
+    )
+
+
+def _parse(sql: str) -> exp.Expression:
+    if not sql.strip():
+        raise InvalidInputError("the filter is empty")
+    try:
+        return sqlglot.parse_one(sql, read=_LanceFilterDialect, into=exp.Condition)
+    except (ParseError, TokenError) as error:
+        raise _syntax_error(sql, error) from error
+
+
+_T = exp.DataType.Type
+_SIMPLE_TYPES: dict[exp.DataType.Type, pa.DataType] = {
+    _T.BOOLEAN: pa.bool_(),
+    _T.TINYINT: pa.int8(),
+    _T.SMALLINT: pa.int16(),
+    _T.INT: pa.int32(),
+    _T.BIGINT: pa.int64(),
+    _T.UTINYINT: pa.uint8(),
+    _T.USMALLINT: pa.uint16(),
+    _T.UINT: pa.uint32(),
+    _T.UBIGINT: pa.uint64(),
+    _T.FLOAT: pa.float32(),
+    _T.DOUBLE: pa.float64(),
+    _T.TEXT: pa.string(),
+    _T.VARCHAR: pa.string(),
+    _T.BINARY: pa.binary(),
+    _T.VARBINARY: pa.binary(),
+    _T.DATE: pa.date32(),
+}
+
+
+def _type_parameters(node: exp.DataType) -> list[int]:
+    values = [param.this for param in node.expressions]
+    if not all(isinstance(value, exp.Literal) and value.is_int for value in values):
+        raise InvalidInputError(f"unsupported type parameters in {_sql(node)}")
+    return [value.to_py() for value in values]
+
+
+def _timestamp_type(params: list[int], sql: str) -> pa.DataType:
+    if not params:
+        return pa.timestamp(_DEFAULT_TIME_UNIT)
+    if len(params) != 1 or params[0] not in _TIME_UNITS:
+        raise InvalidInputError(f"{sql}: timestamp precision must be 0, 3, 6 or 9")
+    return pa.timestamp(_TIME_UNITS[params[0]])
+
+
+def _decimal(precision: int, scale: int) -> pa.DataType:
+    if precision > _DECIMAL128_MAX_PRECISION:
+        return pa.decimal256(precision, scale)
+    return pa.decimal128(precision, scale)
+
+
+def _decimal_type(params: list[int], sql: str) -> pa.DataType:
+    if len(params) != 2:
+        raise InvalidInputError(f"{sql} needs a precision and a scale, as in DECIMAL(10, 2)")
+    return _decimal(*params)
+
+
+def _arrow_type(node: exp.DataType) -> pa.DataType:
+    """The pyarrow type of a SQL type name of CAST."""
+    sql, params = _sql(node), _type_parameters(node)
+    if node.this in (_T.TIMESTAMP, _T.DATETIME):
+        return _timestamp_type(params, sql)
+    if node.this == _T.DECIMAL:
+        return _decimal_type(params, sql)
+    if node.this in _SIMPLE_TYPES and not params:
+        return _SIMPLE_TYPES[node.this]
+    raise InvalidInputError(f"unsupported type in CAST: {sql}")
+
+
+def _identifiers(node: exp.Expression) -> list[exp.Identifier]:
+    parts = node.parts if isinstance(node, (exp.Column, exp.Dot)) else [node]
+    if not all(isinstance(part, exp.Identifier) for part in parts):
+        raise _unsupported(node)
+    return parts
+
+
+_COMPARISONS: dict[type[exp.Expression], Callable[..., Any]] = {
+    exp.EQ: pc.equal,
+    exp.NEQ: pc.not_equal,
+    exp.GT: pc.greater,
+    exp.GTE: pc.greater_equal,
+    exp.LT: pc.less,
+    exp.LTE: pc.less_equal,
+    exp.NullSafeEQ: _not_distinct,
+    exp.NullSafeNEQ: _distinct,
+}
+_ARITHMETIC: dict[type[exp.Expression], Callable[..., Any]] = {
+    exp.Add: pc.add,
+    exp.Sub: pc.subtract,
+    exp.Mul: pc.multiply,
+    exp.Div: pc.divide,
+}
+_LOGICAL: dict[type[exp.Expression], Callable[..., Any]] = {
+    exp.And: pc.and_kleene,
+    exp.Or: pc.or_kleene,
+}
+_UNARY_FUNCTIONS: dict[type[exp.Expression], Callable[..., Any]] = {
+    exp.Lower: pc.utf8_lower,
+    exp.Upper: pc.utf8_upper,
+    exp.Length: pc.utf8_length,
+    exp.Abs: pc.abs,
+}
+_PATTERN_FUNCTIONS: dict[type[exp.Expression], Callable[..., Any]] = {
+    exp.StartsWith: pc.starts_with,
+    exp.EndsWith: pc.ends_with,
+    exp.Contains: pc.match_substring,
+}
+
+
+# -------------------------------------------------------------------- translator
+
+
+class _Translator:
+    """Translates one parsed SQL filter, one method per kind of sqlglot node."""
+
+    def __init__(self, schema: pa.Schema) -> None:
+        self._schema = schema
+        self.columns: list[str] = []  # top-level columns read, in order of use
+
+    def translate_filter(self, sql: str) -> pc.Expression:
+        expression = _require_boolean(self._translate(_parse(sql))).expr
+        _check_binds(expression, self._schema, f"filter {sql!r}")
+        return expression
+
+    def _translate(self, node: exp.Expression) -> _Operand:
+        handler = _HANDLERS.get(type(node))
+        if handler is None:
+            raise _unsupported(node)
+        return handler(self, node)
+
+    def _boolean(self, node: exp.Expression) -> _Operand:
+        return _require_boolean(_typed_null(self._translate(node), pa.bool_()))
+
+    # -- leaves
+
+    def _column(self, node: exp.Column | exp.Dot) -> _Operand:
+        identifiers = _identifiers(node)
+        names = [self._top_level_name(identifiers[0])]
+        data_type = self._schema.field(names[0]).type
+        for identifier in identifiers[1:]:
+            index = -1
+            if pa.types.is_struct(data_type):
+                index = data_type.get_field_index(identifier.name)
+            if index < 0:
+                raise InvalidInputError(
+                    f"{'.'.join(names)} ({data_type}) has no field {identifier.name!r}"
+                )
+            names.append(identifier.name)
+            data_type = data_type.field(index).type
+        if names[0] not in self.columns:
+            self.columns.append(names[0])
+        return _Operand(pc.field(*names), data_type, _sql(node))
+
+    def _top_level_name(self, identifier: exp.Identifier) -> str:
+        name = identifier.name
+        if self._schema.get_field_index(name) >= 0:
+            return name
+        if not identifier.quoted:
+            matches = [n for n in self._schema.names if n.lower() == name.lower()]
+            if len(matches) == 1:
+                return matches[0]
+        raise InvalidInputError(
+            f"unknown column {name!r} in filter; available columns: "
+            f"{', '.join(self._schema.names)}"
+        )
+
+    def _literal(self, node: exp.Literal) -> _Operand:
+        value = pa.scalar(node.this) if node.is_string else _number(node.this)
+        return _constant(value, _sql(node))
+
+    def _bool_literal(self, node: exp.Boolean) -> _Operand:
+        return _constant(pa.scalar(node.this), _sql(node))
+
+    def _null(self, node: exp.Null) -> _Operand:
+        return _constant(pa.scalar(None), _sql(node))
+
+    # -- operators
+
+    def _paren(self, node: exp.Paren) -> _Operand:
+        return self._translate(node.this)
+
+    def _negate(self, node: exp.Neg) -> _Operand:
+        operand = self._translate(node.this)
+        value = operand.scalar
+        if value is not None and value.is_valid and _is_numeric(value.type):
+            keep_type = not pa.types.is_integer(value.type)  # -2**63 is int64
+            negated = pa.scalar(-value.as_py(), value.type if keep_type else None)
+            return _constant(negated, _sql(node))
+        return _apply(pc.negate_checked, [operand], _sql(node))
+
+    def _arithmetic_operands(self, node: exp.Binary) -> list[_Operand]:
+        left, right = self._translate(node.this), self._translate(node.expression)
+        return [_arithmetic_literal(left, right), _arithmetic_literal(right, left)]
+
+    def _arithmetic(self, node: exp.Binary) -> _Operand:
+        operands = self._arithmetic_operands(node)
+        return _apply(_ARITHMETIC[type(node)], operands, _sql(node))
+
+    def _modulo(self, node: exp.Mod) -> _Operand:
+        operands = self._arithmetic_operands(node)
+        integral = all(pa.types.is_integer(operand.type) for operand in operands)
+        function = _integer_remainder if integral else _float_remainder
+        return _apply(function, operands, _sql(node))
+
+    def _comparison(self, node: exp.Binary) -> _Operand:
+        left, right = self._translate(node.this), self._translate(node.expression)
+        return _compare(_COMPARISONS[type(node)], left, right, _sql(node))
+
+    def _logical(self, node: exp.Connector) -> _Operand:
+        operands = [self._boolean(node.this), self._boolean(node.expression)]
+        return _apply(_LOGICAL[type(node)], operands, _sql(node))
+
+    def _not(self, node: exp.Not) -> _Operand:
+        return _apply(pc.invert, [self._boolean(node.this)], _sql(node))
+
+    def _is(self, node: exp.Is) -> _Operand:
+        test, sql = node.expression, _sql(node)
+        if isinstance(test, exp.Null):
+            return _apply(pc.is_null, [self._translate(node.this)], sql)
+        if isinstance(test, exp.Boolean):
+            function = _is_true if test.this else _is_false
+            return _apply(function, [self._boolean(node.this)], sql)
+        raise _unsupported(node)
+
+    def _between(self, node: exp.Between) -> _Operand:
+        if node.args.get("symmetric"):
+            raise _unsupported(node)
+        value, sql = self._translate(node.this), _sql(node)
+        low = _compare(pc.greater_equal, value, self._translate(node.args["low"]), sql)
+        high = _compare(pc.less_equal, value, self._translate(node.args["high"]), sql)
+        return _apply(pc.and_kleene, [low, high], sql)
+
+    def _in(self, node: exp.In) -> _Operand:
+        for key in ("query", "unnest", "field"):
+            if node.args.get(key) is not None:
+                raise _unsupported(node.args[key])
+        if not node.expressions:
+            raise InvalidInputError(f"empty IN list in {_sql(node)}")
+        value, sql = self._translate(node.this), _sql(node)
+        items = [_coerce(self._translate(item), value) for item in node.expressions]
+        if value.scalar is None and all(
+            item.scalar is not None and item.type == value.type for item in items
+        ):
+            return _in_literals(value, items, sql)
+        equalities = [_compare(pc.equal, value, item, sql) for item in items]
+        return reduce(lambda left, right: _apply(pc.or_kleene, [left, right], sql), equalities)
+
+    # -- casts and functions
+
+    def _cast(self, node: exp.Cast) -> _Operand:
+        target, sql = _arrow_type(node.to), _sql(node)
+        operand = self._translate(node.this)
+        if operand.scalar is not None:
+            return _constant(_cast_literal(operand.scalar, target, sql), sql)
+        return _apply(_cast_function(operand.type, target), [operand], sql)
+
+    def _like(self, node: exp.Like | exp.ILike, escape: str = "\\") -> _Operand:
+        pattern = _string_literal(node.expression, "a LIKE pattern")
+        function = partial(
+            pc.match_like,
+            pattern=_backslash_escaped(pattern, escape),
+            ignore_case=isinstance(node, exp.ILike),
+        )
+        result = _apply(function, [self._translate(node.this)], _sql(node))
+        if node.args.get("negate"):
+            return _apply(pc.invert, [result], _sql(node))
+        return result
+
+    def _escape(self, node: exp.Escape) -> _Operand:
+        escape = _string_literal(node.expression, "an ESCAPE character")
+        if not isinstance(node.this, (exp.Like, exp.ILike)) or len(escape) != 1:
+            raise InvalidInputError(f"ESCAPE needs LIKE and one character: {_sql(node)}")
+        return self._like(node.this, escape)
+
+    def _unary_function(self, node: exp.Func) -> _Operand:
+        function = _UNARY_FUNCTIONS[type(node)]
+        return _apply(function, [self._translate(node.this)], _sql(node))
+
+    def _pattern_function(self, node: exp.Func) -> _Operand:
+        pattern = _string_literal(node.expression, f"the pattern of {node.sql_name()}")
+        function = partial(_PATTERN_FUNCTIONS[type(node)], pattern=pattern)
+        return _apply(function, [self._translate(node.this)], _sql(node))
+
+    def _regexp(self, arguments: list[exp.Expression], sql: str) -> _Operand:
+        if len(arguments) not in (2, 3):
+            raise InvalidInputError(f"{sql}: expected (string, pattern[, flags])")
+        pattern = _string_literal(arguments[1], "a regular expression")
+        flags = _string_literal(arguments[2], "regex flags") if len(arguments) == 3 else ""
+        if flags not in ("", "i"):
+            raise InvalidInputError(f"{sql}: unsupported regex flags {flags!r} (only 'i')")
+        function = partial(pc.match_substring_regex, pattern=pattern, ignore_case=bool(flags))
+        return _apply(function, [self._translate(arguments[0])], sql)
+
+    def _regexp_like(self, node: exp.RegexpLike) -> _Operand:
+        arguments = [node.this, node.expression, node.args.get("flag")]
+        return self._regexp([arg for arg in arguments if arg is not None], _sql(node))
+
+    def _anonymous(self, node: exp.Anonymous) -> _Operand:
+        if node.name.lower() != "regexp_match":  # pylance: coerced to a boolean
+            raise _unsupported(node)
+        return self._regexp(list(node.expressions), _sql(node))
+
+
+_Handler = Callable[[_Translator, Any], _Operand]
+_HANDLERS: dict[type[exp.Expression], _Handler] = {
+    exp.Column: _Translator._column,
+    exp.Dot: _Translator._column,
+    exp.Literal: _Translator._literal,
+    exp.Boolean: _Translator._bool_literal,
+    exp.Null: _Translator._null,
+    exp.Paren: _Translator._paren,
+    exp.Neg: _Translator._negate,
+    exp.Not: _Translator._not,
+    exp.Is: _Translator._is,
+    exp.Between: _Translator._between,
+    exp.In: _Translator._in,
+    exp.Cast: _Translator._cast,
+    exp.Like: _Translator._like,
+    exp.ILike: _Translator._like,
+    exp.Escape: _Translator._escape,
+    exp.RegexpLike: _Translator._regexp_like,
+    exp.Anonymous: _Translator._anonymous,
+    exp.Mod: _Translator._modulo,
+    **dict.fromkeys(_COMPARISONS, _Translator._comparison),
+    **dict.fromkeys(_ARITHMETIC, _Translator._arithmetic),
+    **dict.fromkeys(_LOGICAL, _Translator._logical),
+    **dict.fromkeys(_UNARY_FUNCTIONS, _Translator._unary_function),
+    **dict.fromkeys(_PATTERN_FUNCTIONS, _Translator._pattern_function),
+}

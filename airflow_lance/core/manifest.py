@@ -1,0 +1,126 @@
+"""Manifest files: framing of ``_versions/*.manifest`` and resolving versions.
+
+A manifest file is a sequence of length-prefixed protobuf sections (an
+optional IndexSection, optionally an inline Transaction), then the Manifest
+section, then a 16-byte footer: u64 position of the manifest section, u16 0,
+u16 2, ``LANC``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+
+from google.protobuf.message import DecodeError
+
+from airflow_lance.core import layout
+from airflow_lance.core._proto import table_pb2
+from airflow_lance.core.errors import CorruptFileError, DatasetNotFoundError, VersionNotFoundError
+from airflow_lance.core.storage import ObjectStore
+
+MAGIC = b"LANC"
+_FOOTER = struct.Struct("<QHH4s")
+_LEN = struct.Struct("<I")
+
+
+@dataclasses.dataclass
+class ManifestFile:
+    """A parsed manifest file: the message, its raw index section, path and size."""
+
+    manifest: table_pb2.Manifest
+    index_section: bytes | None
+    path: str
+    size: int
+    scheme: layout.ManifestNamingScheme
+
+    @property
+    def version(self) -> int:
+        return self.manifest.version
+
+
+def serialize_manifest(manifest: table_pb2.Manifest, index_section: bytes | None) -> bytes:
+    """Frame a manifest (and the raw IndexSection bytes, if any) as a manifest file."""
+    parts: list[bytes] = []
+    offset = 0
+    if index_section is not None:
+        manifest.index_section = 0
+        parts += [_LEN.pack(len(index_section)), index_section]
+        offset = _LEN.size + len(index_section)
+    else:
+        manifest.ClearField("index_section")
+    # We never write inline transactions: the .txn file is authoritative.
+    manifest.ClearField("transaction_section")
+    manifest.ClearField("transaction_section_deprecated")
+    body = manifest.SerializeToString()
+    parts += [_LEN.pack(len(body)), body, _FOOTER.pack(offset, 0, 2, MAGIC)]
+    return b"".join(parts)
+
+
+def _section(data: bytes, position: int, path: str, what: str) -> bytes:
+    if position < 0 or position + _LEN.size > len(data) - _FOOTER.size:
+        raise CorruptFileError(path, f"{what} position {position} is outside the file")
+    (length,) = _LEN.unpack_from(data, position)
+    end = position + _LEN.size + length
+    if end > len(data) - _FOOTER.size:
+        raise CorruptFileError(path, f"{what} length {length} runs past the footer")
+    return data[position + _LEN.size : end]
+
+
+def parse_manifest(data: bytes, path: str, scheme: layout.ManifestNamingScheme) -> ManifestFile:
+    """Parse manifest file bytes; raise CorruptFileError naming ``path`` if malformed."""
+    if len(data) < _FOOTER.size + _LEN.size:
+        raise CorruptFileError(path, f"manifest file is truncated ({len(data)} bytes)")
+    position, _major, _minor, magic = _FOOTER.unpack_from(data, len(data) - _FOOTER.size)
+    if magic != MAGIC:
+        raise CorruptFileError(path, f"bad magic {magic!r}, expected {MAGIC!r}")
+    body = _section(data, position, path, "manifest")
+    if position + _LEN.size + len(body) != len(data) - _FOOTER.size:
+        raise CorruptFileError(path, "manifest length does not match the file size")
+    manifest = table_pb2.Manifest()
+    try:
+        manifest.ParseFromString(body)
+    except DecodeError as exc:
+        raise CorruptFileError(path, f"manifest protobuf does not decode: {exc}") from exc
+    index_section = None
+    if manifest.HasField("index_section"):
+        index_section = _section(data, manifest.index_section, path, "index section")
+    return ManifestFile(manifest, index_section, path, len(data), scheme)
+
+
+def list_versions(store: ObjectStore) -> dict[int, layout.ManifestNamingScheme]:
+    """All committed versions found in ``_versions/`` with their naming scheme."""
+    found: dict[int, layout.ManifestNamingScheme] = {}
+    for name in store.list_names(layout.VERSIONS_DIR):
+        parsed = layout.parse_manifest_name(name)
+        if parsed is not None:
+            found[parsed[0]] = parsed[1]
+    return found
+
+
+def naming_scheme(versions: dict[int, layout.ManifestNamingScheme]) -> layout.ManifestNamingScheme:
+    """The dataset's scheme: V1 only when every existing manifest is V1-named."""
+    if versions and all(s is layout.ManifestNamingScheme.V1 for s in versions.values()):
+        return layout.ManifestNamingScheme.V1
+    return layout.ManifestNamingScheme.V2
+
+
+def read_manifest(store: ObjectStore, version: int, scheme: layout.ManifestNamingScheme | None = None) -> ManifestFile:
+    """Read the manifest of ``version``: the V2 name first, then V1."""
+    schemes = [scheme] if scheme else [layout.ManifestNamingScheme.V2, layout.ManifestNamingScheme.V1]
+    for candidate in schemes:
+        path = layout.manifest_path(version, candidate)
+        try:
+            data = store.read(path)
+        except FileNotFoundError:
+            continue
+        return parse_manifest(data, path, candidate)
+    raise VersionNotFoundError(f"version {version} of {store.uri} does not exist")
+
+
+def read_latest_manifest(store: ObjectStore) -> ManifestFile:
+    """Read the newest committed version; DatasetNotFoundError if there is none."""
+    versions = list_versions(store)
+    if not versions:
+        raise DatasetNotFoundError(f"no Lance dataset at {store.uri}")
+    latest = max(versions)
+    return read_manifest(store, latest, versions[latest])

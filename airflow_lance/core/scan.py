@@ -1,0 +1,102 @@
+"""Reading fragments: data files -> projected columns -> deletions -> filter."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from airflow_lance.core import layout
+from airflow_lance.core.deletion import deletion_path, keep_mask, read_deletion_vector
+from airflow_lance.core.errors import CorruptFileError, UnsupportedFeatureError
+from airflow_lance.core.file import LanceFileReader
+from airflow_lance.core.fragment import DataFile, FragmentMetadata
+from airflow_lance.core.schema import LanceSchema
+from airflow_lance.core.storage import ObjectStore
+
+
+def _check_data_file(data_file: DataFile, path: str) -> None:
+    if data_file.base_id is not None:
+        raise UnsupportedFeatureError(f"{path}: data files in other base paths are not supported")
+    version = (data_file.file_major_version, data_file.file_minor_version)
+    if version not in ((2, 0), (0, 3)):
+        raise UnsupportedFeatureError(
+            f"{path}: data file version {version[0]}.{version[1]} is not supported for reading (supported: 2.0)"
+        )
+
+
+def _read_data_file(
+    store: ObjectStore, data_file: DataFile, projection: LanceSchema
+) -> dict[int, pa.ChunkedArray | pa.Array]:
+    """Read the top-level fields of ``projection`` stored in ``data_file``, by field id."""
+    path = layout.data_file_path(data_file.path)
+    _check_data_file(data_file, path)
+    column_index = {
+        field_id: column for field_id, column in zip(data_file.fields, data_file.column_indices) if field_id >= 0
+    }
+    wanted = [f for f in projection.top_level() if f.id in column_index]
+    if not wanted:
+        return {}
+    sub = projection.project([f.name for f in wanted])
+    with store.open_input(path) as source:
+        reader = LanceFileReader(source, path=path, file_size=data_file.file_size_bytes)
+        table = reader.read(sub, column_index=column_index)
+    return {field.id: table.column(i) for i, field in enumerate(wanted)}
+
+
+def read_fragment(
+    store: ObjectStore,
+    fragment: FragmentMetadata,
+    projection: LanceSchema,
+    *,
+    with_deletions: bool = True,
+) -> pa.Table:
+    """The rows of one fragment for the top-level fields of ``projection``.
+
+    Fields missing from every data file of the fragment read as nulls.
+    """
+    columns: dict[int, pa.ChunkedArray | pa.Array] = {}
+    for data_file in fragment.files:
+        columns.update(_read_data_file(store, data_file, projection))
+    arrow_schema = projection.to_arrow()
+    arrays = []
+    for field, arrow_field in zip(projection.top_level(), arrow_schema):
+        column = columns.get(field.id)
+        if column is None:
+            column = pa.nulls(fragment.physical_rows, arrow_field.type)
+        elif len(column) != fragment.physical_rows:
+            raise CorruptFileError(
+                layout.data_file_path(fragment.files[0].path),
+                f"field {field.name!r} has {len(column)} rows, fragment {fragment.id} expects {fragment.physical_rows}",
+            )
+        arrays.append(column)
+    table = pa.Table.from_arrays(arrays, schema=arrow_schema) if arrays else pa.table({}).add_column(
+        0, "_", pa.nulls(fragment.physical_rows)
+    ).drop_columns(["_"])
+    if with_deletions and fragment.deletion_file is not None:
+        deleted = read_deletion_vector(store, fragment.id, fragment.deletion_file)
+        mask = keep_mask(fragment.physical_rows, deleted, deletion_path(fragment.id, fragment.deletion_file))
+        table = table.filter(pa.array(mask)) if arrays else table.slice(0, int(mask.sum()))
+    return table
+
+
+def scan_fragments(
+    store: ObjectStore,
+    fragments: Sequence[FragmentMetadata],
+    schema: LanceSchema,
+    columns: Sequence[str] | None,
+    filter_expr: pc.Expression | None,
+    filter_columns: Sequence[str],
+) -> Iterator[pa.Table]:
+    """Yield one table per fragment: projected, deletions applied, filtered."""
+    out_names = list(columns) if columns is not None else [f.name for f in schema.top_level()]
+    read_names = out_names + [name for name in filter_columns if name not in out_names]
+    projection = schema.project(read_names)
+    for fragment in fragments:
+        table = read_fragment(store, fragment, projection)
+        if filter_expr is not None:
+            table = table.filter(filter_expr)
+        if read_names != out_names:
+            table = table.select(out_names)
+        yield table

@@ -1,0 +1,83 @@
+"""The object store contract every backend implements."""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import dataclasses
+from collections.abc import Iterator
+from typing import BinaryIO
+
+import pyarrow as pa
+
+
+@dataclasses.dataclass(frozen=True)
+class FileInfo:
+    """One listed object: path relative to the store root, size, mtime (epoch seconds)."""
+
+    path: str
+    size: int
+    mtime: float
+
+
+class ObjectStore(abc.ABC):
+    """Byte access to the files of one dataset, addressed relative to its root.
+
+    Implementations must be picklable (Spark executors receive them) and raise
+    ``FileNotFoundError`` for missing objects and
+    :class:`~airflow_lance.core.errors.StorageError` for other failures.
+    """
+
+    #: The dataset root URI as given by the user.
+    uri: str
+    #: Whether commits refresh ``_versions/latest_version_hint.json`` (Lance does on local disk).
+    writes_version_hint: bool = False
+
+    @abc.abstractmethod
+    def read(self, path: str) -> bytes:
+        """Whole object."""
+
+    @abc.abstractmethod
+    def read_range(self, path: str, offset: int, length: int) -> bytes:
+        """``length`` bytes from ``offset`` (fewer only at end of object)."""
+
+    @abc.abstractmethod
+    def open_input(self, path: str) -> pa.NativeFile:
+        """A random-access pyarrow file for ranged reads of one object."""
+
+    @abc.abstractmethod
+    def size(self, path: str) -> int:
+        """Object size in bytes."""
+
+    @abc.abstractmethod
+    def write(self, path: str, data: bytes) -> None:
+        """Create or replace an object; readers see the old or the new bytes, never a part."""
+
+    @abc.abstractmethod
+    @contextlib.contextmanager
+    def open_output(self, path: str) -> Iterator[BinaryIO]:
+        """Stream an object; it becomes visible only when the block exits cleanly."""
+
+    @abc.abstractmethod
+    def put_if_not_exists(self, path: str, data: bytes) -> bool:
+        """Atomically create ``path``; return False (writing nothing) if it exists."""
+
+    @abc.abstractmethod
+    def list(self, prefix: str) -> list[FileInfo]:
+        """Objects under the directory ``prefix`` (recursive), any order."""
+
+    @abc.abstractmethod
+    def delete(self, path: str) -> None:
+        """Remove an object; a missing object is not an error."""
+
+    def list_names(self, prefix: str) -> list[str]:
+        """Names of the objects directly inside directory ``prefix``."""
+        base = prefix.rstrip("/") + "/"
+        return [info.path[len(base):] for info in self.list(prefix) if "/" not in info.path[len(base):]]
+
+    def exists(self, path: str) -> bool:
+        try:
+            self.size(path)
+        except FileNotFoundError:
+            return False
+        return True

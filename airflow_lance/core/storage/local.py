@@ -1,0 +1,168 @@
+"""Local-disk object store: atomic create through a hard link, as Lance does."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import uuid
+from collections.abc import Iterator
+from typing import BinaryIO
+
+import pyarrow as pa
+
+from airflow_lance.core.errors import StorageError
+from airflow_lance.core.storage.base import FileInfo, ObjectStore
+
+
+def _temp_name(path: str) -> str:
+    directory, name = os.path.split(path)
+    return os.path.join(directory, f".tmp-{name}-{uuid.uuid4().hex}")
+
+
+def _translate(exc: OSError, path: str) -> Exception:
+    if isinstance(exc, FileNotFoundError):
+        return exc
+    return StorageError(f"{path}: {exc.strerror or exc}")
+
+
+class LocalStore(ObjectStore):
+    """Files under a local directory.
+
+    ``put_if_not_exists`` writes a temporary file and ``os.link``s it to the
+    final name: the link fails with EEXIST when the name is taken, so an
+    existing manifest is never overwritten. File systems without hard links
+    fall back to ``O_CREAT | O_EXCL`` (atomic creation, non-atomic content).
+    """
+
+    writes_version_hint = True
+
+    def __init__(self, uri: str, root: str) -> None:
+        self.uri = uri
+        self.root = os.path.abspath(root)
+
+    def _abs(self, path: str) -> str:
+        return os.path.join(self.root, path)
+
+    def read(self, path: str) -> bytes:
+        try:
+            with open(self._abs(path), "rb") as handle:
+                return handle.read()
+        except OSError as exc:
+            raise _translate(exc, path) from exc
+
+    def read_range(self, path: str, offset: int, length: int) -> bytes:
+        try:
+            with open(self._abs(path), "rb") as handle:
+                handle.seek(offset)
+                return handle.read(length)
+        except OSError as exc:
+            raise _translate(exc, path) from exc
+
+    def open_input(self, path: str) -> pa.NativeFile:
+        try:
+            return pa.OSFile(self._abs(path), "rb")
+        except FileNotFoundError:
+            raise
+        except OSError as exc:  # pyarrow raises FileNotFoundError for missing files
+            raise _translate(exc, path) from exc
+
+    def size(self, path: str) -> int:
+        try:
+            return os.stat(self._abs(path)).st_size
+        except OSError as exc:
+            raise _translate(exc, path) from exc
+
+    def write(self, path: str, data: bytes) -> None:
+        with self.open_output(path) as handle:
+            handle.write(data)
+
+    @contextlib.contextmanager
+    def open_output(self, path: str) -> Iterator[BinaryIO]:
+        final = self._abs(path)
+        temp = _temp_name(final)
+        try:
+            os.makedirs(os.path.dirname(final), exist_ok=True)
+            handle = open(temp, "wb")
+        except OSError as exc:
+            raise _translate(exc, path) from exc
+        try:
+            with handle:
+                yield handle
+            os.replace(temp, final)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+            raise
+
+    def put_if_not_exists(self, path: str, data: bytes) -> bool:
+        final = self._abs(path)
+        temp = _temp_name(final)
+        try:
+            os.makedirs(os.path.dirname(final), exist_ok=True)
+            with open(temp, "wb") as handle:
+                handle.write(data)
+            try:
+                os.link(temp, final)
+            except FileExistsError:
+                return False
+            except OSError as exc:
+                if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
+                    raise
+                return self._create_exclusive(final, data)
+            return True
+        except OSError as exc:
+            raise _translate(exc, path) from exc
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+
+    @staticmethod
+    def _create_exclusive(final: str, data: bytes) -> bool:
+        try:
+            fd = os.open(final, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        return True
+
+    def list(self, prefix: str) -> list[FileInfo]:
+        base = self._abs(prefix)
+        found: list[FileInfo] = []
+        stack = [base]
+        while stack:
+            directory = stack.pop()
+            try:
+                entries = list(os.scandir(directory))
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise _translate(exc, prefix) from exc
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                    continue
+                try:
+                    stat = entry.stat()
+                except FileNotFoundError:
+                    continue
+                found.append(FileInfo(os.path.relpath(entry.path, self.root), stat.st_size, stat.st_mtime))
+        return found
+
+    def list_names(self, prefix: str) -> list[str]:
+        """Names directly inside directory ``prefix`` (cheap: no stat calls)."""
+        try:
+            return os.listdir(self._abs(prefix))
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise _translate(exc, prefix) from exc
+
+    def delete(self, path: str) -> None:
+        try:
+            os.unlink(self._abs(path))
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise _translate(exc, path) from exc

@@ -1,0 +1,219 @@
+"""Writing data: ``write_fragments`` (data files only) and ``write_dataset``.
+
+Input is streamed batch by batch: memory stays bounded by roughly one page
+per column, not by the size of the input.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Literal, Union
+
+import pyarrow as pa
+
+from airflow_lance.core import layout
+from airflow_lance.core.errors import (
+    DatasetAlreadyExistsError,
+    DatasetNotFoundError,
+    InvalidInputError,
+    UnsupportedFeatureError,
+)
+from airflow_lance.core.file import LanceFileWriter
+from airflow_lance.core.fragment import DataFile, FragmentMetadata
+from airflow_lance.core.manifest import ManifestFile, read_latest_manifest
+from airflow_lance.core.schema import LanceSchema
+from airflow_lance.core.storage import ObjectStore, open_store
+
+DataLike = Union[pa.Table, pa.RecordBatch, pa.RecordBatchReader, Iterable[pa.RecordBatch]]
+WriteMode = Literal["create", "append", "overwrite"]
+
+MAX_ROWS_PER_FILE = 1024 * 1024
+MAX_BYTES_PER_FILE = 90 * 1024**3
+SUPPORTED_STORAGE_VERSIONS = ("2.0",)
+_VERSION_ALIASES = {"stable": "2.2", "next": "2.3", "legacy": "0.1"}
+
+
+def resolve_storage_version(requested: str | None, existing: ManifestFile | None) -> str:
+    """The data storage version to write: the dataset's own, else the request, else 2.0."""
+    if existing is not None and existing.manifest.data_format.version:
+        version = existing.manifest.data_format.version
+        wanted = _VERSION_ALIASES.get(requested, requested) if requested else version
+        if wanted != version:
+            raise InvalidInputError(
+                f"dataset uses data storage version {version}; cannot write {wanted} files into it"
+            )
+    else:
+        version = _VERSION_ALIASES.get(requested, requested) if requested else "2.0"
+    if version not in SUPPORTED_STORAGE_VERSIONS:
+        raise UnsupportedFeatureError(
+            f"data storage version {version} is not supported for writing (supported: "
+            f"{', '.join(SUPPORTED_STORAGE_VERSIONS)})"
+        )
+    return version
+
+
+def as_batches(data: DataLike, schema: pa.Schema | None) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
+    """Normalise supported inputs into (schema, stream of record batches)."""
+    if isinstance(data, pa.Table):
+        table = data if schema is None else data.cast(schema)
+        return table.schema, iter(table.to_batches())
+    if isinstance(data, pa.RecordBatch):
+        batch = data if schema is None else data.cast(schema)
+        return batch.schema, iter([batch])
+    if isinstance(data, pa.RecordBatchReader):
+        return data.schema, iter(data)
+    if isinstance(data, Iterable) and not isinstance(data, (str, bytes, Mapping)):
+        iterator = iter(data)
+        if schema is None:
+            try:
+                first = next(iterator)
+            except StopIteration:
+                raise InvalidInputError("an empty iterable of batches needs an explicit schema") from None
+            if not isinstance(first, pa.RecordBatch):
+                raise InvalidInputError(f"expected pyarrow RecordBatches, got {type(first).__name__}")
+
+            def chained() -> Iterator[pa.RecordBatch]:
+                yield first
+                yield from iterator
+
+            return first.schema, chained()
+        return schema, iterator
+    raise InvalidInputError(f"cannot write data of type {type(data).__name__}")
+
+
+def _conform(batches: Iterator[pa.RecordBatch], schema: LanceSchema) -> Iterator[pa.RecordBatch]:
+    """Check each batch against the target schema; give it the target's column order and types."""
+    for batch in batches:
+        if not isinstance(batch, pa.RecordBatch):
+            raise InvalidInputError(f"expected pyarrow RecordBatches, got {type(batch).__name__}")
+        yield schema.align(batch)
+
+
+class _FragmentSink:
+    """Writes consecutive data files, one fragment each, cutting at the size limits."""
+
+    def __init__(self, store: ObjectStore, schema: LanceSchema, max_rows: int, max_bytes: int) -> None:
+        self.store = store
+        self.schema = schema
+        self.max_rows = max_rows
+        self.max_bytes = max_bytes
+        self.fragments: list[FragmentMetadata] = []
+        self._stack: contextlib.ExitStack | None = None
+        self._writer: LanceFileWriter | None = None
+        self._name = ""
+
+    def _open(self) -> LanceFileWriter:
+        self._name = layout.new_data_file_name()
+        self._stack = contextlib.ExitStack()
+        sink = self._stack.enter_context(self.store.open_output(layout.data_file_path(self._name)))
+        self._writer = LanceFileWriter(sink, self.schema)
+        return self._writer
+
+    def _close(self) -> None:
+        writer, stack = self._writer, self._stack
+        assert writer is not None and stack is not None
+        with stack:
+            size = writer.finish()
+        ids = tuple(self.schema.field_ids())
+        data_file = DataFile(self._name, ids, tuple(range(len(ids))), 2, 0, size)
+        self.fragments.append(FragmentMetadata(0, (data_file,), writer.num_rows))
+        self._writer = self._stack = None
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        offset = 0
+        while offset < batch.num_rows:
+            writer = self._writer or self._open()
+            take = min(batch.num_rows - offset, self.max_rows - writer.num_rows)
+            writer.write_batch(batch.slice(offset, take))
+            offset += take
+            if writer.num_rows >= self.max_rows or writer.bytes_written >= self.max_bytes:
+                self._close()
+
+    def finish(self) -> list[FragmentMetadata]:
+        if self._writer is not None:
+            self._close()
+        return self.fragments
+
+    def abort(self) -> None:
+        if self._stack is not None:
+            self._stack.__exit__(RuntimeError, RuntimeError("aborted"), None)
+            self._stack = None
+
+
+def write_data_files(
+    store: ObjectStore,
+    batches: Iterator[pa.RecordBatch],
+    schema: LanceSchema,
+    *,
+    max_rows_per_file: int = MAX_ROWS_PER_FILE,
+    max_bytes_per_file: int = MAX_BYTES_PER_FILE,
+) -> list[FragmentMetadata]:
+    """Write batches as new fragments (ids 0, committed by nobody) and return them."""
+    if max_rows_per_file <= 0 or max_bytes_per_file <= 0:
+        raise InvalidInputError("max_rows_per_file and max_bytes_per_file must be positive")
+    sink = _FragmentSink(store, schema, max_rows_per_file, max_bytes_per_file)
+    try:
+        for batch in batches:
+            if batch.num_rows:
+                sink.write(batch)
+    except BaseException:
+        sink.abort()
+        raise
+    return sink.finish()
+
+
+def _latest_or_none(store: ObjectStore) -> ManifestFile | None:
+    try:
+        return read_latest_manifest(store)
+    except DatasetNotFoundError:
+        return None
+
+
+def prepare_write(
+    store: ObjectStore,
+    data: DataLike,
+    schema: pa.Schema | None,
+    mode: str,
+    data_storage_version: str | None,
+) -> tuple[ManifestFile | None, LanceSchema, Iterator[pa.RecordBatch]]:
+    """Validate a write against the dataset: returns (latest manifest, target schema, batches)."""
+    if mode not in ("create", "append", "overwrite"):
+        raise InvalidInputError(f"mode must be 'create', 'append' or 'overwrite', not {mode!r}")
+    existing = _latest_or_none(store)
+    if mode == "create" and existing is not None:
+        raise DatasetAlreadyExistsError(f"dataset {store.uri} already exists (use mode='append' or 'overwrite')")
+    source_schema, batches = as_batches(data, schema)
+    resolve_storage_version(data_storage_version, existing if mode == "append" else None)
+    if mode == "append" and existing is not None:
+        target = LanceSchema.from_fields(list(existing.manifest.fields), dict(existing.manifest.schema_metadata))
+        target.check_compatible(source_schema)
+    else:
+        target = LanceSchema.from_arrow(source_schema)
+    return existing, target, _conform(batches, target)
+
+
+def write_fragments(
+    data: DataLike,
+    dataset_uri: str | os.PathLike[str],
+    schema: pa.Schema | None = None,
+    *,
+    mode: WriteMode = "append",
+    max_rows_per_file: int = MAX_ROWS_PER_FILE,
+    max_bytes_per_file: int = MAX_BYTES_PER_FILE,
+    data_storage_version: str | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> list[FragmentMetadata]:
+    """Write data files under ``dataset_uri`` without committing anything.
+
+    For ``mode="append"`` to an existing dataset the data must match its schema
+    and the field ids of the dataset are used; otherwise the fragments carry a
+    fresh schema (commit them with ``LanceOperation.Overwrite``). Returns the
+    fragments with id 0 ("assign at commit").
+    """
+    store = open_store(dataset_uri, storage_options)
+    _existing, target, batches = prepare_write(store, data, schema, mode, data_storage_version)
+    return write_data_files(
+        store, batches, target, max_rows_per_file=max_rows_per_file, max_bytes_per_file=max_bytes_per_file
+    )
