@@ -266,6 +266,10 @@ def _apply_rewrite(op: LanceOperation.Rewrite, base: ManifestFile | None, ctx: A
         new_pbs = []
         for fragment in group.new_fragments:
             pb = fragment.to_pb()
+            if _has_stable_row_ids(base.manifest) and pb.WhichOneof("row_id_sequence") is None:
+                raise InvalidInputError(
+                    "rewritten fragments of a dataset with stable row ids must carry the row ids they keep"
+                )
             if pb.id == 0:
                 pb.id = next_id
                 next_id += 1

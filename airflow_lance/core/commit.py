@@ -26,7 +26,6 @@ from airflow_lance.core.conflicts import INCOMPATIBLE, REBASE, RETRY, check
 from airflow_lance.core.errors import (
     CommitConflictError,
     CommitStateUnknownError,
-    CorruptFileError,
     DatasetAlreadyExistsError,
     IncompatibleTransactionError,
     StorageError,
@@ -34,9 +33,8 @@ from airflow_lance.core.errors import (
 )
 from airflow_lance.core.manifest import (
     ManifestFile,
-    list_versions,
-    naming_scheme,
-    parse_manifest,
+    latest_version,
+    probe_newer,
     read_manifest,
     serialize_manifest,
 )
@@ -62,29 +60,45 @@ def backoff_delay(attempt: int) -> float:
 
 
 class _History:
-    """Versions and transactions read during one commit (each read once)."""
+    """Versions and transactions read during one commit (each read once).
 
-    def __init__(self, store: ObjectStore) -> None:
+    The latest version is found by probing forward from a known version, so a
+    commit costs the same whatever the number of old versions.
+    """
+
+    def __init__(self, store: ObjectStore, known: ManifestFile | None = None) -> None:
         self.store = store
-        self.versions = list_versions(store)
         self._manifests: dict[int, ManifestFile] = {}
         self._transactions: dict[int, Transaction | None] = {}
+        self.latest = 0
+        self.scheme = layout.ManifestNamingScheme.V2
+        if known is not None:
+            self._manifests[known.version] = known
+            self.latest, self.scheme = known.version, known.scheme
+        self.refresh()
 
     def refresh(self) -> None:
-        self.versions = list_versions(self.store)
-
-    @property
-    def latest(self) -> int:
-        return max(self.versions, default=0)
+        if self.latest:
+            self.latest, self.scheme = probe_newer(self.store, self.latest, self.scheme)
+            return
+        found = latest_version(self.store)
+        if found is not None:
+            self.latest, self.scheme = found
 
     def manifest(self, version: int) -> ManifestFile:
         if version not in self._manifests:
-            self._manifests[version] = read_manifest(self.store, version, self.versions.get(version))
+            try:
+                self._manifests[version] = read_manifest(self.store, version, self.scheme)
+            except VersionNotFoundError:
+                self._manifests[version] = read_manifest(self.store, version)
         return self._manifests[version]
 
     def transaction(self, version: int) -> Transaction | None:
         if version not in self._transactions:
-            name = self.manifest(version).manifest.transaction_file
+            try:
+                name = self.manifest(version).manifest.transaction_file
+            except VersionNotFoundError as exc:
+                raise CommitConflictError(f"version {version} was cleaned up; re-read the dataset") from exc
             try:
                 self._transactions[version] = read_transaction_file(self.store, name) if name else None
             except FileNotFoundError:
@@ -96,7 +110,7 @@ def _write_hint(store: ObjectStore, version: int) -> None:
     if not store.writes_version_hint:
         return
     try:
-        store.write(layout.LATEST_VERSION_HINT, json.dumps({"version": version}, separators=(",", ":")).encode())
+        store.write_hint(layout.LATEST_VERSION_HINT, json.dumps({"version": version}, separators=(",", ":")).encode())
     except StorageError as exc:  # best effort: readers never need it
         log.debug("could not update the version hint: %s", exc)
 
@@ -152,6 +166,7 @@ def commit_transaction(
     max_retries: int = 20,
     create_only: bool = False,
     idempotency_lookback: int = DEFAULT_IDEMPOTENCY_LOOKBACK,
+    latest_known: ManifestFile | None = None,
 ) -> ManifestFile:
     """Commit ``transaction``; return the manifest of the new (or already landed) version.
 
@@ -159,12 +174,13 @@ def commit_transaction(
     otherwise, also when a concurrent writer creates the dataset first).
     Raises CommitConflictError (retryable: re-read and redo the operation),
     IncompatibleTransactionError, or CommitStateUnknownError (never clean up then).
+    ``latest_known`` (a manifest the caller just read) saves reading it again.
     """
-    history = _History(store)
-    if create_only and history.versions:
+    history = _History(store, latest_known)
+    if create_only and history.latest:
         raise DatasetAlreadyExistsError(f"dataset {store.uri} already exists")
     read_version = transaction.read_version
-    if read_version and read_version not in history.versions:
+    if read_version > history.latest:
         raise VersionNotFoundError(f"read_version {read_version} of {store.uri} does not exist")
     key = transaction.transaction_properties.get(IDEMPOTENCY_KEY)
     checked = read_version
@@ -189,21 +205,18 @@ def commit_transaction(
             feature_flags.check_writable(base.manifest, store.uri)
         current = transaction
         if needs_rebase and base is not None:
-            read = history.manifest(read_version) if read_version in history.versions else None
+            read = history.manifest(read_version) if read_version else None
             current = rebase_deletions(store, transaction, base, read)
         if written is None or current is not written:
             txn_name = write_transaction_file(store, current)
             written = current
-        scheme = base.scheme if base is not None else naming_scheme(history.versions)
+        scheme = base.scheme if base is not None else layout.ManifestNamingScheme.V2
         nxt = build_next_manifest(current.operation, base, ApplyContext(txn_name, history.manifest))
         data = serialize_manifest(nxt.manifest, nxt.index_section)
         path = layout.manifest_path(nxt.manifest.version, scheme)
         if _publish(store, path, data):
             _write_hint(store, nxt.manifest.version)
-            try:
-                return parse_manifest(data, path, scheme)
-            except CorruptFileError as exc:  # pragma: no cover - we just serialized it
-                raise CommitStateUnknownError(str(exc)) from exc
+            return ManifestFile(nxt.manifest, nxt.index_section, path, len(data), scheme)
         log.debug("version %d was taken by a concurrent writer (attempt %d)", nxt.manifest.version, attempt + 1)
         time.sleep(backoff_delay(attempt))
         history.refresh()

@@ -4,6 +4,7 @@ module-level entry points ``dataset`` and ``write_dataset`` (pylance's names).""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -21,7 +22,14 @@ from airflow_lance.core.errors import (
     VersionNotFoundError,
 )
 from airflow_lance.core.fragment import FragmentMetadata
-from airflow_lance.core.manifest import ManifestFile, list_versions, read_latest_manifest, read_manifest
+from airflow_lance.core.manifest import (
+    ManifestFile,
+    latest_version,
+    list_versions,
+    probe_newer,
+    read_latest_manifest,
+    read_manifest,
+)
 from airflow_lance.core.scan import read_fragment, scan_fragments
 from airflow_lance.core.schema import LanceSchema
 from airflow_lance.core.storage import ObjectStore, open_store
@@ -65,6 +73,12 @@ def version_summary(manifest: Any) -> dict[str, str]:
     }
 
 
+def _version_datetime(ts_nanos: int) -> dt.datetime:
+    """Naive local datetime of a commit, computed exactly as pylance does (float arithmetic
+    included), so that ``versions()`` of both libraries compare equal."""
+    return dt.datetime.fromtimestamp(ts_nanos // 1e9) + dt.timedelta(microseconds=(ts_nanos % 1e9) // 1e3)
+
+
 class LanceFragment:
     """One fragment of a dataset version."""
 
@@ -106,7 +120,10 @@ class LanceDataset:
         self._manifest_file = manifest_file
         self._manifest = manifest_file.manifest
         self._schema = LanceSchema.from_fields(list(self._manifest.fields), dict(self._manifest.schema_metadata))
-        self._fragments = [FragmentMetadata.from_pb(f) for f in self._manifest.fragments]
+
+    @functools.cached_property
+    def _fragments(self) -> list[FragmentMetadata]:
+        return [FragmentMetadata.from_pb(f) for f in self._manifest.fragments]
 
     # -- identity -------------------------------------------------------------
     @property
@@ -119,7 +136,7 @@ class LanceDataset:
 
     @property
     def latest_version(self) -> int:
-        return max(list_versions(self._store), default=self.version)
+        return probe_newer(self._store, self.version, self._manifest_file.scheme)[0]
 
     @property
     def schema(self) -> pa.Schema:
@@ -163,12 +180,10 @@ class LanceDataset:
         result = []
         for version, scheme in sorted(list_versions(self._store).items()):
             manifest = read_manifest(self._store, version, scheme).manifest
-            stamp = manifest.timestamp
             result.append(
                 {
                     "version": version,
-                    "timestamp": dt.datetime.fromtimestamp(stamp.seconds)
-                    + dt.timedelta(microseconds=stamp.nanos // 1000),
+                    "timestamp": _version_datetime(manifest.timestamp.seconds * 10**9 + manifest.timestamp.nanos),
                     "metadata": version_summary(manifest),
                 }
             )
@@ -188,7 +203,10 @@ class LanceDataset:
     def count_rows(self, filter: FilterLike = None) -> int:
         """Row count from metadata alone, or of the rows matching ``filter``."""
         if filter is None:
-            return sum(f.num_rows for f in self._fragments)
+            return sum(
+                f.physical_rows - (f.deletion_file.num_deleted_rows if f.HasField("deletion_file") else 0)
+                for f in self._manifest.fragments
+            )
         expression, needed = _compile_filter(filter, self.schema)
         projection = self._schema.project(needed)
         return sum(read_fragment(self._store, f, projection).filter(expression).num_rows for f in self._fragments)
@@ -274,7 +292,8 @@ class LanceDataset:
         if read_version is None:
             if not isinstance(operation, LanceOperation.Overwrite):
                 raise InvalidInputError(f"read_version is required to commit {type(operation).__name__}")
-            read_version = max(list_versions(store), default=0)
+            found = latest_version(store)
+            read_version = found[0] if found else 0
         transaction = Transaction(
             read_version=read_version,
             operation=operation,
@@ -342,7 +361,7 @@ def write_dataset(
         operation=operation,
         transaction_properties=build_properties(commit_message, transaction_properties),
     )
-    manifest_file = commit_transaction(store, transaction, create_only=mode == "create" or (
-        mode == "append" and existing is None
-    ))
+    manifest_file = commit_transaction(
+        store, transaction, create_only=existing is None and mode in ("create", "append"), latest_known=existing
+    )
     return LanceDataset(store, manifest_file)

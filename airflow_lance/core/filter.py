@@ -24,15 +24,14 @@ import decimal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial, reduce
-from typing import Any
+from typing import Any, ClassVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import sqlglot
-from sqlglot import exp
+from sqlglot import exp, tokens
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, TokenError
-from sqlglot.tokens import Tokenizer
 
 from airflow_lance.core.errors import InvalidInputError
 
@@ -51,9 +50,9 @@ _DECIMAL128_MAX_PRECISION = 38
 class _LanceFilterDialect(Dialect):
     """pylance's SQL: backticks quote identifiers, '...' and "..." are strings."""
 
-    class Tokenizer(Tokenizer):
-        IDENTIFIERS = ["`"]
-        QUOTES = ["'", '"']
+    class Tokenizer(tokens.Tokenizer):
+        IDENTIFIERS: ClassVar[list[str]] = ["`"]
+        QUOTES: ClassVar[list[str]] = ["'", '"']
 
 
 # --------------------------------------------------------------------------- API
@@ -80,11 +79,10 @@ def to_expression(predicate: Predicate, schema: pa.Schema) -> pc.Expression:
     if isinstance(predicate, str):
         return _Translator(schema).translate_filter(predicate)
     if isinstance(predicate, pc.Expression):
-        _check_binds(predicate, schema, f"filter expression {predicate}")
+        _check_expression(predicate, schema)
         return predicate
     raise InvalidInputError(
-        f"a filter must be a SQL string or a pyarrow.compute.Expression, "
-        f"not {type(predicate).__name__}"
+        f"a filter must be a SQL string or a pyarrow.compute.Expression, not {type(predicate).__name__}"
     )
 
 
@@ -109,31 +107,32 @@ def referenced_columns(predicate: Predicate, schema: pa.Schema) -> list[str]:
 # ------------------------------------------------------- pyarrow Expression input
 
 
-def _binds(expression: pc.Expression, fields: Sequence[pa.Field]) -> bool:
-    """Whether ``expression`` is a valid boolean filter over ``fields``."""
+def _bind_error(expression: pc.Expression, fields: Sequence[pa.Field]) -> str | None:
+    """Why ``expression`` is no boolean filter over ``fields``; None if it is one."""
     try:
         pa.schema(fields).empty_table().filter(expression)
-    except _ARROW_ERRORS:
-        return False
-    return True
-
-
-def _check_binds(expression: pc.Expression, schema: pa.Schema, what: str) -> None:
-    try:
-        schema.empty_table().filter(expression)
     except _ARROW_ERRORS as error:
-        reason = str(error).splitlines()[0]  # pyarrow goes on to print the schema
+        return str(error).splitlines()[0]  # pyarrow goes on to print the schema
+    return None
+
+
+def _check_expression(expression: pc.Expression, schema: pa.Schema) -> None:
+    reason = _bind_error(expression, list(schema))
+    if reason is not None:
         raise InvalidInputError(
-            f"{what} is not a boolean condition over the schema: {reason} "
-            f"(available columns: {', '.join(schema.names)})"
-        ) from error
+            f"filter expression {expression} is not a boolean condition over the schema: "
+            f"{reason} (available columns: {', '.join(schema.names)})"
+        )
 
 
 def _bound_columns(expression: pc.Expression, schema: pa.Schema) -> list[str]:
     """The top-level fields ``expression`` needs, by group testing on sub-schemas."""
 
+    def binds(fields: list[pa.Field]) -> bool:
+        return _bind_error(expression, fields) is None
+
     def needed(candidates: list[pa.Field], kept: list[pa.Field]) -> list[pa.Field]:
-        if not candidates or _binds(expression, kept):
+        if not candidates or binds(kept):
             return []
         if len(candidates) == 1:
             return candidates
@@ -141,7 +140,9 @@ def _bound_columns(expression: pc.Expression, schema: pa.Schema) -> list[str]:
         first = needed(candidates[:half], kept + candidates[half:])
         return first + needed(candidates[half:], kept + first)
 
-    return [field.name for field in needed(list(schema), [])]
+    text = str(expression)  # field references print their names: a cheap first cut
+    named = [field for field in schema if field.name in text]
+    return [field.name for field in needed(named if binds(named) else list(schema), [])]
 
 
 # ------------------------------------------------------------------ SQL operands
@@ -165,9 +166,7 @@ def _constant(value: pa.Scalar, sql: str) -> _Operand:
     return _Operand(pc.scalar(value), value.type, sql, value)
 
 
-def _apply(
-    function: Callable[..., Any], operands: Sequence[_Operand], sql: str
-) -> _Operand:
+def _apply(function: Callable[..., Any], operands: Sequence[_Operand], sql: str) -> _Operand:
     """Apply a pyarrow compute function, first to one-null arrays of the operand
     types: that checks the types (and compiles regular expressions) up front."""
     try:
@@ -221,8 +220,9 @@ def _converted_literal(value: pa.Scalar, target: pa.DataType) -> pa.Scalar | Non
     if pa.types.is_floating(target):
         return pa.scalar(float(value.as_py()), target)
     if pa.types.is_decimal(target) and not pa.types.is_decimal(value.type):
-        value = _as_decimal(value)
-    return None if value is None else _lossless_cast(value, target)
+        exact = _as_decimal(value)
+        return None if exact is None else _lossless_cast(exact, target)
+    return _lossless_cast(value, target)
 
 
 def _coerce(operand: _Operand, other: _Operand) -> _Operand:
@@ -249,10 +249,13 @@ def _coerce_pair(left: _Operand, right: _Operand) -> tuple[_Operand, _Operand]:
     return _coerce(left, right), _coerce(right, left)
 
 
-def _compare(
-    function: Callable[..., Any], left: _Operand, right: _Operand, sql: str
-) -> _Operand:
-    return _apply(function, _coerce_pair(left, right), sql)
+def _compare(function: Callable[..., Any], left: _Operand, right: _Operand, sql: str) -> _Operand:
+    """Compare after literal conversion; with floats, NaN sorts above all numbers."""
+    operands = _coerce_pair(left, right)
+    result = _apply(function, operands, sql)  # type errors name the comparison itself
+    if not any(pa.types.is_floating(operand.type) for operand in operands):
+        return result
+    return _apply(_NAN_ORDERED.get(function, function), operands, sql)
 
 
 def _typed_null(operand: _Operand, target: pa.DataType) -> _Operand:
@@ -281,9 +284,7 @@ def _require_boolean(operand: _Operand) -> _Operand:
 
 def _cast_options(target: pa.DataType) -> pc.CastOptions:
     """SQL CAST: truncates fractions (like DataFusion); overflow is an error."""
-    return pc.CastOptions(
-        target, allow_float_truncate=True, allow_decimal_truncate=True, allow_time_truncate=True
-    )
+    return pc.CastOptions(target, allow_float_truncate=True, allow_decimal_truncate=True, allow_time_truncate=True)
 
 
 def _parse_timestamp(string: pa.Scalar, target: pa.TimestampType) -> pa.Scalar:
@@ -362,14 +363,43 @@ def _float_remainder(dividend: Any, divisor: Any) -> Any:
     return pc.subtract(dividend, pc.multiply(quotient, divisor))
 
 
-def _not_distinct(left: Any, right: Any) -> Any:
+def _nan_equal(left: Any, right: Any) -> Any:
+    """``=`` in DataFusion's total order of floats: NaN equals NaN."""
+    both_nan = pc.and_kleene(pc.is_nan(left), pc.is_nan(right))
+    return pc.or_kleene(pc.equal(left, right), both_nan)
+
+
+def _nan_not_equal(left: Any, right: Any) -> Any:
+    return pc.invert(_nan_equal(left, right))
+
+
+def _nan_greater(left: Any, right: Any) -> Any:
+    """``>`` in DataFusion's total order of floats: NaN is above every number."""
+    nan_above = pc.and_kleene(pc.is_nan(left), pc.invert(pc.is_nan(right)))
+    return pc.or_kleene(pc.greater(left, right), nan_above)
+
+
+def _nan_greater_equal(left: Any, right: Any) -> Any:
+    nan_above = pc.and_kleene(pc.is_nan(left), pc.is_valid(right))
+    return pc.or_kleene(pc.greater_equal(left, right), nan_above)
+
+
+def _nan_less(left: Any, right: Any) -> Any:
+    return _nan_greater(right, left)
+
+
+def _nan_less_equal(left: Any, right: Any) -> Any:
+    return _nan_greater_equal(right, left)
+
+
+def _not_distinct(left: Any, right: Any, equal: Callable[..., Any] = pc.equal) -> Any:
     """``left IS NOT DISTINCT FROM right``: equality where NULL equals NULL."""
     both_null = pc.and_kleene(pc.is_null(left), pc.is_null(right))
-    return pc.coalesce(pc.equal(left, right), both_null)
+    return pc.coalesce(equal(left, right), both_null)
 
 
-def _distinct(left: Any, right: Any) -> Any:
-    return pc.invert(_not_distinct(left, right))
+def _distinct(left: Any, right: Any, equal: Callable[..., Any] = pc.equal) -> Any:
+    return pc.invert(_not_distinct(left, right, equal))
 
 
 def _is_true(value: Any) -> Any:
@@ -390,7 +420,7 @@ def _in_value_set(value: Any, value_set: pa.Array, has_null: bool) -> Any:
 
 def _in_literals(value: _Operand, items: list[_Operand], sql: str) -> _Operand:
     """``value IN (...)`` over literals of the value's type: one hash lookup per row."""
-    scalars = [item.scalar for item in items]
+    scalars = [item.scalar for item in items if item.scalar is not None]  # all literals
     value_set = pa.array([scalar for scalar in scalars if scalar.is_valid], value.type)
     has_null = not all(scalar.is_valid for scalar in scalars)
     function = partial(_in_value_set, value_set=value_set, has_null=has_null)
@@ -521,6 +551,14 @@ def _identifiers(node: exp.Expression) -> list[exp.Identifier]:
     return parts
 
 
+def _struct_field_type(path: list[str], data_type: pa.DataType, name: str) -> pa.DataType:
+    """The type of field ``name`` of the struct at ``path`` (exact, case-sensitive)."""
+    index = data_type.get_field_index(name) if pa.types.is_struct(data_type) else -1
+    if index < 0:
+        raise InvalidInputError(f"{'.'.join(path)} ({data_type}) has no field {name!r}")
+    return data_type.field(index).type
+
+
 _COMPARISONS: dict[type[exp.Expression], Callable[..., Any]] = {
     exp.EQ: pc.equal,
     exp.NEQ: pc.not_equal,
@@ -530,6 +568,16 @@ _COMPARISONS: dict[type[exp.Expression], Callable[..., Any]] = {
     exp.LTE: pc.less_equal,
     exp.NullSafeEQ: _not_distinct,
     exp.NullSafeNEQ: _distinct,
+}
+_NAN_ORDERED: dict[Callable[..., Any], Callable[..., Any]] = {
+    pc.equal: _nan_equal,
+    pc.not_equal: _nan_not_equal,
+    pc.greater: _nan_greater,
+    pc.greater_equal: _nan_greater_equal,
+    pc.less: _nan_less,
+    pc.less_equal: _nan_less_equal,
+    _not_distinct: partial(_not_distinct, equal=_nan_equal),
+    _distinct: partial(_distinct, equal=_nan_equal),
 }
 _ARITHMETIC: dict[type[exp.Expression], Callable[..., Any]] = {
     exp.Add: pc.add,
@@ -566,7 +614,9 @@ class _Translator:
 
     def translate_filter(self, sql: str) -> pc.Expression:
         expression = _require_boolean(self._translate(_parse(sql))).expr
-        _check_binds(expression, self._schema, f"filter {sql!r}")
+        reason = _bind_error(expression, [self._schema.field(name) for name in self.columns])
+        if reason is not None:  # a last check that pyarrow accepts what we built
+            raise InvalidInputError(f"cannot evaluate filter {sql!r}: {reason}")
         return expression
 
     def _translate(self, node: exp.Expression) -> _Operand:
@@ -585,18 +635,14 @@ class _Translator:
         names = [self._top_level_name(identifiers[0])]
         data_type = self._schema.field(names[0]).type
         for identifier in identifiers[1:]:
-            index = -1
-            if pa.types.is_struct(data_type):
-                index = data_type.get_field_index(identifier.name)
-            if index < 0:
-                raise InvalidInputError(
-                    f"{'.'.join(names)} ({data_type}) has no field {identifier.name!r}"
-                )
+            data_type = _struct_field_type(names, data_type, identifier.name)
             names.append(identifier.name)
-            data_type = data_type.field(index).type
         if names[0] not in self.columns:
             self.columns.append(names[0])
-        return _Operand(pc.field(*names), data_type, _sql(node))
+        field = pc.field(*names)
+        if pa.types.is_dictionary(data_type):  # string functions want plain values
+            field, data_type = field.cast(data_type.value_type), data_type.value_type
+        return _Operand(field, data_type, _sql(node))
 
     def _top_level_name(self, identifier: exp.Identifier) -> str:
         name = identifier.name
@@ -607,8 +653,7 @@ class _Translator:
             if len(matches) == 1:
                 return matches[0]
         raise InvalidInputError(
-            f"unknown column {name!r} in filter; available columns: "
-            f"{', '.join(self._schema.names)}"
+            f"unknown column {name!r} in filter; available columns: {', '.join(self._schema.names)}"
         )
 
     def _literal(self, node: exp.Literal) -> _Operand:
@@ -685,9 +730,7 @@ class _Translator:
             raise InvalidInputError(f"empty IN list in {_sql(node)}")
         value, sql = self._translate(node.this), _sql(node)
         items = [_coerce(self._translate(item), value) for item in node.expressions]
-        if value.scalar is None and all(
-            item.scalar is not None and item.type == value.type for item in items
-        ):
+        if value.scalar is None and all(item.scalar is not None and item.type == value.type for item in items):
             return _in_literals(value, items, sql)
         equalities = [_compare(pc.equal, value, item, sql) for item in items]
         return reduce(lambda left, right: _apply(pc.or_kleene, [left, right], sql), equalities)

@@ -9,6 +9,7 @@ u16 2, ``LANC``.
 from __future__ import annotations
 
 import dataclasses
+import json
 import struct
 
 from google.protobuf.message import DecodeError
@@ -88,7 +89,7 @@ def parse_manifest(data: bytes, path: str, scheme: layout.ManifestNamingScheme) 
 
 
 def list_versions(store: ObjectStore) -> dict[int, layout.ManifestNamingScheme]:
-    """All committed versions found in ``_versions/`` with their naming scheme."""
+    """All committed versions found in ``_versions/`` with their naming scheme (one listing)."""
     found: dict[int, layout.ManifestNamingScheme] = {}
     for name in store.list_names(layout.VERSIONS_DIR):
         parsed = layout.parse_manifest_name(name)
@@ -104,8 +105,62 @@ def naming_scheme(versions: dict[int, layout.ManifestNamingScheme]) -> layout.Ma
     return layout.ManifestNamingScheme.V2
 
 
+def version_scheme(
+    store: ObjectStore, version: int, prefer: layout.ManifestNamingScheme | None = None
+) -> layout.ManifestNamingScheme | None:
+    """The naming scheme under which ``version`` exists, or None if it does not exist."""
+    order = [layout.ManifestNamingScheme.V2, layout.ManifestNamingScheme.V1]
+    if prefer is layout.ManifestNamingScheme.V1:
+        order.reverse()
+    for scheme in order:
+        if store.exists(layout.manifest_path(version, scheme)):
+            return scheme
+    return None
+
+
+def probe_newer(
+    store: ObjectStore, version: int, scheme: layout.ManifestNamingScheme
+) -> tuple[int, layout.ManifestNamingScheme]:
+    """Starting from an existing ``version``, step to the last consecutive existing version.
+
+    Versions are contiguous, so this finds the latest with one existence check
+    per newer version, independent of how many old versions exist.
+    """
+    while True:
+        found = version_scheme(store, version + 1, scheme)
+        if found is None:
+            return version, scheme
+        version, scheme = version + 1, found
+
+
+def _hinted_version(store: ObjectStore) -> int | None:
+    try:
+        value = json.loads(store.read(layout.LATEST_VERSION_HINT))["version"]
+    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        return None
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def latest_version(store: ObjectStore) -> tuple[int, layout.ManifestNamingScheme] | None:
+    """The newest committed version and its naming scheme, or None for no dataset.
+
+    Uses the (best-effort) hint file and probes forward from it; falls back to
+    listing ``_versions/`` when there is no usable hint.
+    """
+    hinted = _hinted_version(store)
+    if hinted is not None:
+        scheme = version_scheme(store, hinted)
+        if scheme is not None:
+            return probe_newer(store, hinted, scheme)
+    versions = list_versions(store)
+    if not versions:
+        return None
+    latest = max(versions)
+    return latest, versions[latest]
+
+
 def read_manifest(store: ObjectStore, version: int, scheme: layout.ManifestNamingScheme | None = None) -> ManifestFile:
-    """Read the manifest of ``version``: the V2 name first, then V1."""
+    """Read the manifest of ``version``: the given scheme, else the V2 name first, then V1."""
     schemes = [scheme] if scheme else [layout.ManifestNamingScheme.V2, layout.ManifestNamingScheme.V1]
     for candidate in schemes:
         path = layout.manifest_path(version, candidate)
@@ -119,8 +174,7 @@ def read_manifest(store: ObjectStore, version: int, scheme: layout.ManifestNamin
 
 def read_latest_manifest(store: ObjectStore) -> ManifestFile:
     """Read the newest committed version; DatasetNotFoundError if there is none."""
-    versions = list_versions(store)
-    if not versions:
+    found = latest_version(store)
+    if found is None:
         raise DatasetNotFoundError(f"no Lance dataset at {store.uri}")
-    latest = max(versions)
-    return read_manifest(store, latest, versions[latest])
+    return read_manifest(store, *found)

@@ -20,7 +20,7 @@ STRUCT = pa.struct([pa.field("a", pa.int32(), False), pa.field("b", pa.string())
 TYPES: list[tuple[str, pa.DataType, bool, dict | None]] = [
     ("i8", pa.int8(), True, None),
     ("i16", pa.int16(), False, None),
-    ("i32", pa.int32(), True, {"k": "v", "bin": b"\x00\xff"}),
+    ("i32", pa.int32(), True, {"k": "v", "unicode": "ü🌍"}),
     ("i64", pa.int64(), True, None),
     ("u8", pa.uint8(), True, None),
     ("u16", pa.uint16(), True, None),
@@ -80,6 +80,13 @@ TYPES: list[tuple[str, pa.DataType, bool, dict | None]] = [
 def _schema() -> pa.Schema:
     fields = [pa.field(n, t, nullable, metadata=md) for n, t, nullable, md in TYPES]
     return pa.schema(fields, metadata={"schema-key": "value", "raw": b"\x01\x02"})
+
+
+def test_metadata_must_be_utf8():
+    with pytest.raises(InvalidInputError, match="UTF-8"):
+        LanceSchema.from_arrow(pa.schema([pa.field("a", pa.int8(), metadata={"k": b"\xff"})]))
+    with pytest.raises(InvalidInputError, match="UTF-8"):
+        LanceSchema.from_arrow(pa.schema([("a", pa.int8())], metadata={b"\xfe": b"v"}))
 
 
 def _read_manifest(path: pathlib.Path) -> table_pb2.Manifest:
@@ -160,7 +167,10 @@ def test_from_fields_reorders_to_preorder():
     ]
     schema = LanceSchema.from_fields(fields, {})
     assert schema.field_ids() == [0, 2, 1]
-    assert schema.to_arrow() == pa.schema([("a", pa.struct([("x", pa.int8())])), ("b", pa.int64())])
+    assert schema.to_arrow() == pa.schema([
+        pa.field("a", pa.struct([pa.field("x", pa.int8(), False)]), False),
+        pa.field("b", pa.int64(), False),
+    ])
 
 
 @pytest.mark.parametrize("fields", [

@@ -75,6 +75,10 @@ class ObjectStore(abc.ABC):
         base = prefix.rstrip("/") + "/"
         return [info.path[len(base):] for info in self.list(prefix) if "/" not in info.path[len(base):]]
 
+    def write_hint(self, path: str, data: bytes) -> None:
+        """Write an advisory file (the version hint); atomicity not required."""
+        self.write(path, data)
+
     def exists(self, path: str) -> bool:
         try:
             self.size(path)

@@ -127,6 +127,18 @@ class LocalStore(ObjectStore):
             handle.write(data)
         return True
 
+    def exists(self, path: str) -> bool:
+        return os.path.exists(self._abs(path))
+
+    def write_hint(self, path: str, data: bytes) -> None:
+        """Overwrite a small advisory file in place (no temp file: readers tolerate garbage)."""
+        try:
+            fd = os.open(self._abs(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+        except OSError as exc:
+            raise _translate(exc, path) from exc
+
     def list(self, prefix: str) -> list[FileInfo]:
         base = self._abs(prefix)
         found: list[FileInfo] = []
