@@ -30,7 +30,7 @@ from airflow_lance.core.manifest import (
     read_latest_manifest,
     read_manifest,
 )
-from airflow_lance.core.scan import read_fragment, scan_fragments
+from airflow_lance.core.scan import apply_filter, read_fragment, scan_fragments
 from airflow_lance.core.schema import LanceSchema
 from airflow_lance.core.storage import ObjectStore, open_store
 from airflow_lance.core.tags import Tags
@@ -53,7 +53,7 @@ def _compile_filter(filter: FilterLike, schema: pa.Schema) -> tuple[pc.Expressio
     from airflow_lance.core.filter import referenced_columns, to_expression
 
     expression = to_expression(filter, schema)
-    return expression, referenced_columns(expression, schema)
+    return expression, referenced_columns(filter, schema)
 
 
 def version_summary(manifest: Any) -> dict[str, str]:
@@ -209,7 +209,7 @@ class LanceDataset:
             )
         expression, needed = _compile_filter(filter, self.schema)
         projection = self._schema.project(needed)
-        return sum(read_fragment(self._store, f, projection).filter(expression).num_rows for f in self._fragments)
+        return sum(apply_filter(read_fragment(self._store, f, projection), expression).num_rows for f in self._fragments)
 
     def _scan(
         self, fragments: Sequence[FragmentMetadata], columns: Sequence[str] | None, filter: FilterLike

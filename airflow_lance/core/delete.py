@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 from airflow_lance.core.deletion import read_deletion_vector, write_deletion_vector
 from airflow_lance.core.filter import referenced_columns, to_expression
 from airflow_lance.core.fragment import FragmentMetadata
-from airflow_lance.core.scan import read_fragment
+from airflow_lance.core.scan import apply_filter, read_fragment
 from airflow_lance.core.schema import LanceSchema
 from airflow_lance.core.storage import ObjectStore
 from airflow_lance.core.transaction import LanceOperation
@@ -30,7 +30,7 @@ def _matching_offsets(
         table = read_fragment(store, fragment, projection, with_deletions=False).append_column(_OFFSET_COLUMN, offsets)
     else:
         table = pa.table({_OFFSET_COLUMN: offsets})
-    return table.filter(expression).column(_OFFSET_COLUMN).to_numpy()
+    return apply_filter(table, expression).column(_OFFSET_COLUMN).to_numpy()
 
 
 def plan_delete(
@@ -43,7 +43,7 @@ def plan_delete(
     """Write deletion vectors for ``predicate``; return (Delete operation or None, rows deleted)."""
     arrow_schema = schema.to_arrow()
     expression = to_expression(predicate, arrow_schema)
-    projection = schema.project(referenced_columns(expression, arrow_schema))
+    projection = schema.project(referenced_columns(predicate, arrow_schema))
     updated: list[FragmentMetadata] = []
     removed: list[int] = []
     total = 0

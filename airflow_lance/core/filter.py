@@ -23,7 +23,7 @@ from __future__ import annotations
 import decimal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import partial, reduce
+from functools import partial
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -90,9 +90,9 @@ def referenced_columns(predicate: Predicate, schema: pa.Schema) -> list[str]:
     """The top-level columns of ``schema`` that ``predicate`` reads.
 
     For SQL the names come from the translated AST, in order of first use
-    (``s.a = 1`` needs ``s``). For an Expression they are found by binding it
-    to sub-schemas, in schema order. The predicate is validated as by
-    :func:`to_expression`.
+    (``s.a = 1`` needs ``s``). For an Expression (with fields referenced by
+    name) they are found by binding it to sub-schemas, in schema order. The
+    predicate is validated as by :func:`to_expression`.
 
     Raises:
         InvalidInputError: as :func:`to_expression`.
@@ -150,7 +150,7 @@ def _bound_columns(expression: pc.Expression, schema: pa.Schema) -> list[str]:
 
 @dataclass(frozen=True)
 class _Operand:
-    """A translated SQL node: its Expression, result type and SQL text.
+    """A translated SQL node: its Expression, its result type and the node.
 
     ``scalar`` holds the value when the node is a constant literal, so that it
     can still be cast to the type of what it is compared with.
@@ -158,23 +158,28 @@ class _Operand:
 
     expr: pc.Expression
     type: pa.DataType
-    sql: str
+    node: exp.Expression
     scalar: pa.Scalar | None = None
 
+    @property
+    def sql(self) -> str:
+        """The node as SQL text, for messages (generating it is not cheap)."""
+        return _sql(self.node)
 
-def _constant(value: pa.Scalar, sql: str) -> _Operand:
-    return _Operand(pc.scalar(value), value.type, sql, value)
+
+def _constant(value: pa.Scalar, node: exp.Expression) -> _Operand:
+    return _Operand(pc.scalar(value), value.type, node, value)
 
 
-def _apply(function: Callable[..., Any], operands: Sequence[_Operand], sql: str) -> _Operand:
+def _apply(function: Callable[..., Any], operands: Sequence[_Operand], node: exp.Expression) -> _Operand:
     """Apply a pyarrow compute function, first to one-null arrays of the operand
     types: that checks the types (and compiles regular expressions) up front."""
     try:
         probe = function(*(pa.nulls(1, operand.type) for operand in operands))
     except _ARROW_ERRORS as error:
         types = ", ".join(f"{operand.sql} is {operand.type}" for operand in operands)
-        raise InvalidInputError(f"cannot evaluate {sql} ({types}): {error}") from error
-    return _Operand(function(*(operand.expr for operand in operands)), probe.type, sql)
+        raise InvalidInputError(f"cannot evaluate {_sql(node)} ({types}): {error}") from error
+    return _Operand(function(*(operand.expr for operand in operands)), probe.type, node)
 
 
 def _family(data_type: pa.DataType) -> str:
@@ -238,7 +243,7 @@ def _coerce(operand: _Operand, other: _Operand) -> _Operand:
         return operand
     converted = _converted_literal(value, target)
     if converted is not None:
-        return _constant(converted, operand.sql)
+        return _constant(converted, operand.node)
     if pa.types.is_integer(value.type) and pa.types.is_integer(target):
         raise InvalidInputError(f"{operand.sql} is out of the range of {other.sql} ({target})")
     return operand
@@ -249,20 +254,20 @@ def _coerce_pair(left: _Operand, right: _Operand) -> tuple[_Operand, _Operand]:
     return _coerce(left, right), _coerce(right, left)
 
 
-def _compare(function: Callable[..., Any], left: _Operand, right: _Operand, sql: str) -> _Operand:
+def _compare(function: Callable[..., Any], left: _Operand, right: _Operand, node: exp.Expression) -> _Operand:
     """Compare after literal conversion; with floats, NaN sorts above all numbers."""
     operands = _coerce_pair(left, right)
-    result = _apply(function, operands, sql)  # type errors name the comparison itself
+    result = _apply(function, operands, node)  # type errors name the comparison itself
     if not any(pa.types.is_floating(operand.type) for operand in operands):
         return result
-    return _apply(_NAN_ORDERED.get(function, function), operands, sql)
+    return _apply(_NAN_ORDERED.get(function, function), operands, node)
 
 
 def _typed_null(operand: _Operand, target: pa.DataType) -> _Operand:
     """A NULL literal as a null of ``target``; anything else unchanged."""
     if operand.scalar is None or operand.scalar.is_valid:
         return operand
-    return _constant(pa.scalar(None, target), operand.sql)
+    return _constant(pa.scalar(None, target), operand.node)
 
 
 def _arithmetic_literal(operand: _Operand, other: _Operand) -> _Operand:
@@ -272,7 +277,7 @@ def _arithmetic_literal(operand: _Operand, other: _Operand) -> _Operand:
     if value is None or not value.is_valid:
         return _typed_null(operand, other.type)
     if pa.types.is_decimal(other.type) and pa.types.is_integer(value.type):
-        return _constant(pa.scalar(decimal.Decimal(value.as_py())), operand.sql)
+        return _constant(pa.scalar(decimal.Decimal(value.as_py())), operand.node)
     return operand
 
 
@@ -326,13 +331,13 @@ def _cast_function(source: pa.DataType, target: pa.DataType) -> Callable[[Any], 
     return lambda value: value.cast(options=options)
 
 
-def _cast_literal(value: pa.Scalar, target: pa.DataType, sql: str) -> pa.Scalar:
+def _cast_literal(value: pa.Scalar, target: pa.DataType, node: exp.Expression) -> pa.Scalar:
     if _family(value.type) == "string" and _family(target) == "temporal":
         return _parse_temporal(value.as_py(), target)
     try:
         return _cast_function(value.type, target)(value)
     except _ARROW_ERRORS as error:
-        raise InvalidInputError(f"cannot evaluate {sql}: {error}") from error
+        raise InvalidInputError(f"cannot evaluate {_sql(node)}: {error}") from error
 
 
 def _number(text: str) -> pa.Scalar:
@@ -418,13 +423,21 @@ def _in_value_set(value: Any, value_set: pa.Array, has_null: bool) -> Any:
     return pc.or_kleene(result, pa.scalar(None, pa.bool_())) if has_null else result
 
 
-def _in_literals(value: _Operand, items: list[_Operand], sql: str) -> _Operand:
+def _balanced(function: Callable[..., Any], operands: list[_Operand], node: exp.Expression) -> _Operand:
+    """Combine operands pairwise with an associative ``function``, log-deep."""
+    while len(operands) > 1:
+        pairs = [operands[index : index + 2] for index in range(0, len(operands), 2)]
+        operands = [_apply(function, pair, node) if len(pair) == 2 else pair[0] for pair in pairs]
+    return operands[0]
+
+
+def _in_literals(value: _Operand, items: list[_Operand], node: exp.Expression) -> _Operand:
     """``value IN (...)`` over literals of the value's type: one hash lookup per row."""
     scalars = [item.scalar for item in items if item.scalar is not None]  # all literals
     value_set = pa.array([scalar for scalar in scalars if scalar.is_valid], value.type)
     has_null = not all(scalar.is_valid for scalar in scalars)
     function = partial(_in_value_set, value_set=value_set, has_null=has_null)
-    return _apply(function, [value], sql)
+    return _apply(function, [value], node)
 
 
 def _backslash_escaped(pattern: str, escape: str) -> str:
@@ -613,7 +626,10 @@ class _Translator:
         self.columns: list[str] = []  # top-level columns read, in order of use
 
     def translate_filter(self, sql: str) -> pc.Expression:
-        expression = _require_boolean(self._translate(_parse(sql))).expr
+        try:
+            expression = _require_boolean(self._translate(_parse(sql))).expr
+        except RecursionError as error:
+            raise InvalidInputError(f"filter is nested too deeply: {sql[:80]!r}...") from error
         reason = _bind_error(expression, [self._schema.field(name) for name in self.columns])
         if reason is not None:  # a last check that pyarrow accepts what we built
             raise InvalidInputError(f"cannot evaluate filter {sql!r}: {reason}")
@@ -642,7 +658,7 @@ class _Translator:
         field = pc.field(*names)
         if pa.types.is_dictionary(data_type):  # string functions want plain values
             field, data_type = field.cast(data_type.value_type), data_type.value_type
-        return _Operand(field, data_type, _sql(node))
+        return _Operand(field, data_type, node)
 
     def _top_level_name(self, identifier: exp.Identifier) -> str:
         name = identifier.name
@@ -658,13 +674,13 @@ class _Translator:
 
     def _literal(self, node: exp.Literal) -> _Operand:
         value = pa.scalar(node.this) if node.is_string else _number(node.this)
-        return _constant(value, _sql(node))
+        return _constant(value, node)
 
     def _bool_literal(self, node: exp.Boolean) -> _Operand:
-        return _constant(pa.scalar(node.this), _sql(node))
+        return _constant(pa.scalar(node.this), node)
 
     def _null(self, node: exp.Null) -> _Operand:
-        return _constant(pa.scalar(None), _sql(node))
+        return _constant(pa.scalar(None), node)
 
     # -- operators
 
@@ -676,9 +692,12 @@ class _Translator:
         value = operand.scalar
         if value is not None and value.is_valid and _is_numeric(value.type):
             keep_type = not pa.types.is_integer(value.type)  # -2**63 is int64
-            negated = pa.scalar(-value.as_py(), value.type if keep_type else None)
-            return _constant(negated, _sql(node))
-        return _apply(pc.negate_checked, [operand], _sql(node))
+            try:
+                negated = pa.scalar(-value.as_py(), value.type if keep_type else None)
+            except OverflowError as error:
+                raise InvalidInputError(f"integer literal {_sql(node)} is out of range") from error
+            return _constant(negated, node)
+        return _apply(pc.negate_checked, [operand], node)
 
     def _arithmetic_operands(self, node: exp.Binary) -> list[_Operand]:
         left, right = self._translate(node.this), self._translate(node.expression)
@@ -686,41 +705,42 @@ class _Translator:
 
     def _arithmetic(self, node: exp.Binary) -> _Operand:
         operands = self._arithmetic_operands(node)
-        return _apply(_ARITHMETIC[type(node)], operands, _sql(node))
+        return _apply(_ARITHMETIC[type(node)], operands, node)
 
     def _modulo(self, node: exp.Mod) -> _Operand:
         operands = self._arithmetic_operands(node)
         integral = all(pa.types.is_integer(operand.type) for operand in operands)
         function = _integer_remainder if integral else _float_remainder
-        return _apply(function, operands, _sql(node))
+        return _apply(function, operands, node)
 
     def _comparison(self, node: exp.Binary) -> _Operand:
         left, right = self._translate(node.this), self._translate(node.expression)
-        return _compare(_COMPARISONS[type(node)], left, right, _sql(node))
+        return _compare(_COMPARISONS[type(node)], left, right, node)
 
     def _logical(self, node: exp.Connector) -> _Operand:
-        operands = [self._boolean(node.this), self._boolean(node.expression)]
-        return _apply(_LOGICAL[type(node)], operands, _sql(node))
+        """``a AND b AND ...`` as one balanced tree (long generated chains stay shallow)."""
+        operands = [self._boolean(operand) for operand in node.flatten()]
+        return _balanced(_LOGICAL[type(node)], operands, node)
 
     def _not(self, node: exp.Not) -> _Operand:
-        return _apply(pc.invert, [self._boolean(node.this)], _sql(node))
+        return _apply(pc.invert, [self._boolean(node.this)], node)
 
     def _is(self, node: exp.Is) -> _Operand:
-        test, sql = node.expression, _sql(node)
+        test = node.expression
         if isinstance(test, exp.Null):
-            return _apply(pc.is_null, [self._translate(node.this)], sql)
+            return _apply(pc.is_null, [self._translate(node.this)], node)
         if isinstance(test, exp.Boolean):
             function = _is_true if test.this else _is_false
-            return _apply(function, [self._boolean(node.this)], sql)
+            return _apply(function, [self._boolean(node.this)], node)
         raise _unsupported(node)
 
     def _between(self, node: exp.Between) -> _Operand:
         if node.args.get("symmetric"):
             raise _unsupported(node)
-        value, sql = self._translate(node.this), _sql(node)
-        low = _compare(pc.greater_equal, value, self._translate(node.args["low"]), sql)
-        high = _compare(pc.less_equal, value, self._translate(node.args["high"]), sql)
-        return _apply(pc.and_kleene, [low, high], sql)
+        value = self._translate(node.this)
+        low = _compare(pc.greater_equal, value, self._translate(node.args["low"]), node)
+        high = _compare(pc.less_equal, value, self._translate(node.args["high"]), node)
+        return _apply(pc.and_kleene, [low, high], node)
 
     def _in(self, node: exp.In) -> _Operand:
         for key in ("query", "unnest", "field"):
@@ -728,21 +748,21 @@ class _Translator:
                 raise _unsupported(node.args[key])
         if not node.expressions:
             raise InvalidInputError(f"empty IN list in {_sql(node)}")
-        value, sql = self._translate(node.this), _sql(node)
+        value = self._translate(node.this)
         items = [_coerce(self._translate(item), value) for item in node.expressions]
         if value.scalar is None and all(item.scalar is not None and item.type == value.type for item in items):
-            return _in_literals(value, items, sql)
-        equalities = [_compare(pc.equal, value, item, sql) for item in items]
-        return reduce(lambda left, right: _apply(pc.or_kleene, [left, right], sql), equalities)
+            return _in_literals(value, items, node)
+        equalities = [_compare(pc.equal, value, item, node) for item in items]
+        return _balanced(pc.or_kleene, equalities, node)
 
     # -- casts and functions
 
     def _cast(self, node: exp.Cast) -> _Operand:
-        target, sql = _arrow_type(node.to), _sql(node)
+        target = _arrow_type(node.to)
         operand = self._translate(node.this)
         if operand.scalar is not None:
-            return _constant(_cast_literal(operand.scalar, target, sql), sql)
-        return _apply(_cast_function(operand.type, target), [operand], sql)
+            return _constant(_cast_literal(operand.scalar, target, node), node)
+        return _apply(_cast_function(operand.type, target), [operand], node)
 
     def _like(self, node: exp.Like | exp.ILike, escape: str = "\\") -> _Operand:
         pattern = _string_literal(node.expression, "a LIKE pattern")
@@ -751,9 +771,9 @@ class _Translator:
             pattern=_backslash_escaped(pattern, escape),
             ignore_case=isinstance(node, exp.ILike),
         )
-        result = _apply(function, [self._translate(node.this)], _sql(node))
+        result = _apply(function, [self._translate(node.this)], node)
         if node.args.get("negate"):
-            return _apply(pc.invert, [result], _sql(node))
+            return _apply(pc.invert, [result], node)
         return result
 
     def _escape(self, node: exp.Escape) -> _Operand:
@@ -764,31 +784,31 @@ class _Translator:
 
     def _unary_function(self, node: exp.Func) -> _Operand:
         function = _UNARY_FUNCTIONS[type(node)]
-        return _apply(function, [self._translate(node.this)], _sql(node))
+        return _apply(function, [self._translate(node.this)], node)
 
     def _pattern_function(self, node: exp.Func) -> _Operand:
         pattern = _string_literal(node.expression, f"the pattern of {node.sql_name()}")
         function = partial(_PATTERN_FUNCTIONS[type(node)], pattern=pattern)
-        return _apply(function, [self._translate(node.this)], _sql(node))
+        return _apply(function, [self._translate(node.this)], node)
 
-    def _regexp(self, arguments: list[exp.Expression], sql: str) -> _Operand:
+    def _regexp(self, arguments: list[exp.Expression], node: exp.Expression) -> _Operand:
         if len(arguments) not in (2, 3):
-            raise InvalidInputError(f"{sql}: expected (string, pattern[, flags])")
+            raise InvalidInputError(f"{_sql(node)}: expected (string, pattern[, flags])")
         pattern = _string_literal(arguments[1], "a regular expression")
         flags = _string_literal(arguments[2], "regex flags") if len(arguments) == 3 else ""
         if flags not in ("", "i"):
-            raise InvalidInputError(f"{sql}: unsupported regex flags {flags!r} (only 'i')")
+            raise InvalidInputError(f"{_sql(node)}: unsupported regex flags {flags!r} (only 'i')")
         function = partial(pc.match_substring_regex, pattern=pattern, ignore_case=bool(flags))
-        return _apply(function, [self._translate(arguments[0])], sql)
+        return _apply(function, [self._translate(arguments[0])], node)
 
     def _regexp_like(self, node: exp.RegexpLike) -> _Operand:
         arguments = [node.this, node.expression, node.args.get("flag")]
-        return self._regexp([arg for arg in arguments if arg is not None], _sql(node))
+        return self._regexp([arg for arg in arguments if arg is not None], node)
 
     def _anonymous(self, node: exp.Anonymous) -> _Operand:
         if node.name.lower() != "regexp_match":  # pylance: coerced to a boolean
             raise _unsupported(node)
-        return self._regexp(list(node.expressions), _sql(node))
+        return self._regexp(list(node.expressions), node)
 
 
 _Handler = Callable[[_Translator, Any], _Operand]

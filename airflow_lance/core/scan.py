@@ -9,7 +9,7 @@ import pyarrow.compute as pc
 
 from airflow_lance.core import layout
 from airflow_lance.core.deletion import deletion_path, keep_mask, read_deletion_vector
-from airflow_lance.core.errors import CorruptFileError, UnsupportedFeatureError
+from airflow_lance.core.errors import CorruptFileError, InvalidInputError, UnsupportedFeatureError
 from airflow_lance.core.file import LanceFileReader
 from airflow_lance.core.fragment import DataFile, FragmentMetadata
 from airflow_lance.core.schema import LanceSchema
@@ -81,6 +81,14 @@ def read_fragment(
     return table
 
 
+def apply_filter(table: pa.Table, expression: pc.Expression) -> pa.Table:
+    """Filter ``table``; evaluation errors (division by zero, bad casts) become InvalidInputError."""
+    try:
+        return table.filter(expression)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        raise InvalidInputError(f"filter {expression} cannot be evaluated: {exc}") from exc
+
+
 def scan_fragments(
     store: ObjectStore,
     fragments: Sequence[FragmentMetadata],
@@ -96,7 +104,7 @@ def scan_fragments(
     for fragment in fragments:
         table = read_fragment(store, fragment, projection)
         if filter_expr is not None:
-            table = table.filter(filter_expr)
+            table = apply_filter(table, filter_expr)
         if read_names != out_names:
             table = table.select(out_names)
         yield table

@@ -155,7 +155,7 @@ def _legacy_encoding(dtype: pa.DataType) -> int:
 def _encode_metadata(metadata: Mapping[bytes, bytes] | None, where: str) -> dict[str, bytes]:
     """Arrow metadata as stored in Lance; keys and values must be UTF-8 (pylance rejects others too)."""
     try:
-        return {k.decode("utf-8"): bytes(v.decode("utf-8"), "utf-8") for k, v in (metadata or {}).items()}
+        return {k.decode("utf-8"): v.decode("utf-8").encode("utf-8") for k, v in (metadata or {}).items()}
     except UnicodeDecodeError as exc:
         raise InvalidInputError(f"metadata of {where} is not valid UTF-8") from exc
 

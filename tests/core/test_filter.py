@@ -270,6 +270,12 @@ def test_a_long_in_list_is_one_hash_lookup(table):
     assert _ours(table, predicate)["id"].to_pylist() == ids
 
 
+def test_a_long_generated_or_chain_translates(table):
+    ids = list(range(0, ROWS, 2))
+    predicate = " OR ".join(f"id = {i}" for i in ids)
+    assert _ours(table, predicate)["id"].to_pylist() == ids
+
+
 @pytest.mark.parametrize(
     ("predicate", "message"),
     [
@@ -309,6 +315,7 @@ def test_a_long_in_list_is_one_hash_lookup(table):
         ("CAST(x AS TIME) IS NULL", r"unsupported type in CAST: TIME"),
         ("regexp_match(name, '(')", r"REGEXP_MATCH\(name, '\('\).*regular expression"),
         ("regexp_match(name, 'a', 'x')", r"unsupported regex flags 'x'"),
+        ("(" * 3000 + "x = 1" + ")" * 3000, r"nested too deeply"),
     ],
 )
 def test_bad_sql_raises_invalid_input_naming_the_problem(table, predicate, message):

@@ -59,6 +59,7 @@ TYPES: list[tuple[str, pa.DataType, bool, dict | None]] = [
     ("fsl_ts", pa.list_(pa.timestamp("us", "UTC"), 2), True, None),
     ("fsl_dec", pa.list_(pa.decimal128(10, 2), 2), True, None),
     ("fsl_bool", pa.list_(pa.bool_(), 2), True, None),
+    ("fsl_struct", pa.list_(STRUCT, 2), True, None),  # the one FSL with a child field
     ("lst", pa.list_(pa.int32()), True, None),
     ("lst_named", pa.list_(pa.field("x", pa.int32(), False, metadata={"m": "1"})), True, None),
     ("llst", pa.large_list(pa.string()), True, None),
@@ -151,7 +152,9 @@ def test_ids_and_tree_helpers():
 
 
 def test_project_keeps_ids_and_order():
-    schema = LanceSchema.from_arrow(pa.schema([("a", pa.int8()), ("s", pa.struct([("x", pa.int8())])), ("c", pa.utf8())]))
+    schema = LanceSchema.from_arrow(
+        pa.schema([("a", pa.int8()), ("s", pa.struct([("x", pa.int8())])), ("c", pa.utf8())])
+    )
     projected = schema.project(["c", "s"])
     assert [(f.name, f.id) for f in projected.fields] == [("c", 3), ("s", 1), ("x", 2)]
     assert projected.to_arrow().names == ["c", "s"]

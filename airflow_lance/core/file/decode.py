@@ -196,7 +196,9 @@ def _decode_fixed_size_list(fsl: enc.FixedSizeList, page: Page, n: int, dtype: p
     return pa.Array.from_buffers(dtype, n, [None], children=[items])
 
 
-def clean_end_offsets(ends: np.ndarray, adjustment: int, limit: int, page: Page) -> tuple[np.ndarray, np.ndarray | None]:
+def clean_end_offsets(
+    ends: np.ndarray, adjustment: int, limit: int, page: Page
+) -> tuple[np.ndarray, np.ndarray | None]:
     """Undo the null adjustment of 2.0 end offsets: (int64 ends, null mask or None).
 
     A null row stores its end plus ``adjustment``. Validates that the cleaned

@@ -73,10 +73,10 @@ def column_kind(dtype: pa.DataType, path: str) -> str:
 
 
 def _is_fixed(dtype: pa.DataType) -> bool:
+    """Fixed-width values (bool included), or fixed-size lists of them."""
     if pa.types.is_fixed_size_list(dtype):
         return _is_fixed(dtype.value_type)
-    return pa.types.is_boolean(dtype) or (pa.types.is_primitive(dtype) or pa.types.is_fixed_size_binary(dtype)
-                                          or pa.types.is_decimal(dtype))
+    return pa.types.is_primitive(dtype) or pa.types.is_fixed_size_binary(dtype) or pa.types.is_decimal(dtype)
 
 
 def fixed_bits(dtype: pa.DataType) -> int:
@@ -91,10 +91,12 @@ def fixed_bits(dtype: pa.DataType) -> int:
 # ----------------------------------------------------------------------------- sizing
 
 
+_LARGE_OFFSET_TYPES = (pa.large_string(), pa.large_binary())
+
+
 def offsets_of(array: pa.Array) -> np.ndarray:
-    """The ``len + 1`` offsets of a binary or list array (int32 or int64)."""
-    width = 8 if pa.types.is_large_binary(array.type) or pa.types.is_large_string(array.type) or \
-        pa.types.is_large_list(array.type) else 4
+    """The ``len + 1`` offsets of a non-empty binary or list array (int32 or int64)."""
+    width = 8 if array.type in _LARGE_OFFSET_TYPES or pa.types.is_large_list(array.type) else 4
     return np.frombuffer(array.buffers()[1], dtype=f"<i{width}", count=len(array) + 1, offset=array.offset * width)
 
 
@@ -118,8 +120,10 @@ def rows_that_fit(kind: str, array: pa.Array, budget: int) -> int:
     if budget <= 0:
         return 0
     if kind == BINARY:
-        offsets = offsets_of(array)
-        cumulative = offsets[1:] - offsets[0] + 8 * np.arange(1, len(array) + 1)
+        # every row costs at least 8 bytes (its offset): only a bounded prefix can fit
+        candidates = min(len(array), budget // 8 + 1)
+        offsets = offsets_of(array)[: candidates + 1]
+        cumulative = offsets[1:] - offsets[0] + 8 * np.arange(1, candidates + 1)
         return int(np.searchsorted(cumulative, budget, side="right"))
     if kind == FIXED:
         bits = fixed_bits(array.type)

@@ -33,13 +33,14 @@ from __future__ import annotations
 
 import bisect
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 import pyarrow as pa
 from google.protobuf.message import DecodeError
 
 from airflow_lance.core._proto import file2_pb2, file_pb2
+from airflow_lance.core._proto.encodings_v2_0_pb2 import ArrayEncoding
 from airflow_lance.core.errors import CorruptFileError, InvalidInputError, LanceError
 from airflow_lance.core.file import decode
 from airflow_lance.core.file.format import FOOTER_SIZE, TABLE_ENTRY, Footer, unwrap_array_encoding
@@ -225,7 +226,9 @@ class _Assembler:
         self.mapping = mapping
         self.buffers = buffers
 
-    def _pages(self, column: int, field: file_pb2.Field):
+    def _pages(
+        self, column: int, field: file_pb2.Field
+    ) -> Iterator[tuple[file2_pb2.ColumnMetadata.Page, decode.Page, ArrayEncoding]]:
         """(page metadata, decode.Page, ArrayEncoding) of every page of ``column``."""
         path = self.reader.path
         for number, page in enumerate(self.reader.column_metadata(column).pages):
@@ -233,8 +236,9 @@ class _Assembler:
             encoding = unwrap_array_encoding(page.encoding, path)
             yield page, decode.Page(self.buffers[(column, number)], path, where), encoding
 
-    def field_chunks(self, field: file_pb2.Field, dtype: pa.DataType, rows: int, *, top_level: bool = False
-                     ) -> list[pa.Array]:
+    def field_chunks(
+        self, field: file_pb2.Field, dtype: pa.DataType, rows: int, *, top_level: bool = False
+    ) -> list[pa.Array]:
         """The values of ``field`` (``rows`` of them) as a list of chunks."""
         column = self.mapping.get(field.id)
         if column is None:

@@ -62,6 +62,8 @@ class _Column:
 
     def append(self, array: pa.Array) -> None:
         """Add the next items of this column (and route nested values to child columns)."""
+        if not len(array):
+            return
         if self.kind == encode.STRUCT:
             if array.null_count:
                 raise UnsupportedFeatureError(

@@ -18,7 +18,7 @@ from airflow_lance.core.file import LanceFileReader, LanceFileWriter
 from airflow_lance.core.schema import LanceSchema
 
 D = decimal.Decimal
-UTC = dt.timezone.utc
+UTC = dt.UTC
 INNER = pa.struct([("a", pa.int32()), ("b", pa.string())])
 
 # name -> array with nulls (and edge values) of that type
@@ -135,7 +135,8 @@ def test_streaming_batches_and_slices(write_file, read_file):
     sliced = [table.slice(3, 41), table.slice(44, 1), table.slice(45, 55)]
     assert read_file(write_file(batches, table.schema)).equals(table)
     assert read_file(write_file(sliced, table.schema)).equals(table.slice(3))
-    chunked = pa.concat_tables([table.slice(0, 33), table.slice(33)])  # a Table with 2 chunks per column
+    # a Table with several chunks per column, one of them empty
+    chunked = pa.concat_tables([table.slice(0, 33), table.slice(33, 0), table.slice(33)])
     assert read_file(write_file(chunked)).equals(table)
 
 
