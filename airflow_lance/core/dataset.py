@@ -50,7 +50,7 @@ FilterLike = str | pc.Expression | None
 def _compile_filter(filter: FilterLike, schema: pa.Schema) -> tuple[pc.Expression | None, list[str]]:
     if filter is None:
         return None, []
-    from airflow_lance.core.filter import referenced_columns, to_expression
+    from airflow_lance.core.filter import referenced_columns, to_expression  # sqlglot is slow to import
 
     expression = to_expression(filter, schema)
     return expression, referenced_columns(filter, schema)

@@ -10,7 +10,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_lance.core.deletion import read_deletion_vector, write_deletion_vector
-from airflow_lance.core.filter import referenced_columns, to_expression
 from airflow_lance.core.fragment import FragmentMetadata
 from airflow_lance.core.scan import apply_filter, read_fragment
 from airflow_lance.core.schema import LanceSchema
@@ -41,6 +40,8 @@ def plan_delete(
     read_version: int,
 ) -> tuple[LanceOperation.Delete | None, int]:
     """Write deletion vectors for ``predicate``; return (Delete operation or None, rows deleted)."""
+    from airflow_lance.core.filter import referenced_columns, to_expression  # sqlglot is slow to import
+
     arrow_schema = schema.to_arrow()
     expression = to_expression(predicate, arrow_schema)
     projection = schema.project(referenced_columns(predicate, arrow_schema))
