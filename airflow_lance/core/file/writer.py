@@ -19,7 +19,9 @@ value larger than the limit gets a page of its own.
 Batches are aligned to the schema first (:meth:`LanceSchema.align`): columns
 are selected by name, struct children may come in any order, and types that
 map to the same Lance type (e.g. a fixed-size-list item name) are cast.
-Struct nulls cannot be stored in 2.0 files: ``UnsupportedFeatureError``.
+Struct nulls cannot be stored in 2.0 files: ``UnsupportedFeatureError``. After
+any error inside ``write_batch`` the writer refuses further calls (part of the
+batch may have been taken): discard the file.
 """
 
 from __future__ import annotations
@@ -49,8 +51,7 @@ DEFAULT_MAX_PAGE_BYTES = 8 * 1024 * 1024
 class _Column:
     """Pending values and written pages of one column."""
 
-    def __init__(self, index: int, path: str, dtype: pa.DataType, writer: LanceFileWriter) -> None:
-        self.index = index
+    def __init__(self, path: str, dtype: pa.DataType, writer: LanceFileWriter) -> None:
         self.path = path
         self.kind = encode.column_kind(dtype, path)
         self.children: list[_Column] = []
@@ -121,11 +122,12 @@ class LanceFileWriter:
         self._position = 0
         self._num_rows = 0
         self._finished = False
+        self._failed = False
         self._columns: list[_Column] = []
         self._top = [self._build(schema, f, f.name) for f in schema.top_level()]
 
     def _build(self, schema: LanceSchema, field: file_pb2.Field, path: str) -> _Column:
-        column = _Column(len(self._columns), path, schema.arrow_field(field.id).type, self)
+        column = _Column(path, schema.arrow_field(field.id).type, self)
         self._columns.append(column)
         column.children = [self._build(schema, child, f"{path}.{child.name}") for child in schema.children(field.id)]
         return column
@@ -154,21 +156,29 @@ class LanceFileWriter:
 
     def write_batch(self, batch: pa.RecordBatch | pa.Table) -> None:
         """Append rows; the data is aligned to the schema (see module docstring)."""
-        if self._finished:
-            raise InvalidInputError("write_batch() after finish()")
+        self._check_usable("write_batch")
         if batch.num_rows == 0:
             return
-        batch = self.schema.align(batch)
-        for column, data in zip(self._top, batch.columns):
-            chunks = data.chunks if isinstance(data, pa.ChunkedArray) else [data]
-            for chunk in chunks:
-                column.append(chunk)
+        if not batch.schema.equals(self._arrow_schema):
+            batch = self.schema.align(batch)
+        try:
+            for column, data in zip(self._top, batch.columns):
+                for chunk in data.chunks if isinstance(data, pa.ChunkedArray) else [data]:
+                    column.append(chunk)
+        except BaseException:
+            self._failed = True  # some columns took rows of this batch: the file cannot be finished
+            raise
         self._num_rows += batch.num_rows
+
+    def _check_usable(self, operation: str) -> None:
+        if self._failed:
+            raise InvalidInputError(f"{operation}() after a failed write_batch(): discard this file")
+        if self._finished:
+            raise InvalidInputError(f"{operation}() after finish()")
 
     def finish(self) -> int:
         """Write the remaining pages, schema, metadata and footer; return the file size."""
-        if self._finished:
-            raise InvalidInputError("finish() called twice")
+        self._check_usable("finish")
         self._finished = True
         for column in self._columns:
             column.flush(final=True)

@@ -89,14 +89,16 @@ def test_projection(pylance_file):
 
 
 def test_auto_dictionary_strings(pylance_file):
-    n = 1000
+    n = 5000
     table = pa.table({
         "cat": pa.array([("red", "green", None, "blue")[i % 4] for i in range(n)]),
         "low": pa.array([str(i % 50) for i in range(n)]),
     })
-    dataset_path, data_path, _, _ = pylance_file(table)
+    dataset_path, data_path, _, _ = pylance_file(table, max_page_bytes=8192)
     assert _page_kinds(data_path, 0) == {"dictionary"}
     assert _page_kinds(data_path, 1) == {"dictionary"}
+    with pa.memory_map(str(data_path)) as source:
+        assert len(LanceFileReader(source, path=str(data_path)).column_metadata(0).pages) > 1
     ours = _read(data_path)
     assert ours.equals(lance.dataset(str(dataset_path)).to_table())
     assert ours.equals(table)

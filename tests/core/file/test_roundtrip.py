@@ -248,9 +248,16 @@ def test_dictionaries_differing_between_batches(write_file, read_file):
 
 
 def test_struct_nulls_are_rejected(write_file):
-    bad = pa.table({"s": pa.array([{"a": 1, "b": "x"}, None], INNER)})
+    bad = pa.table({"i": [1, 2], "s": pa.array([{"a": 1, "b": "x"}, None], INNER)})
     with pytest.raises(UnsupportedFeatureError, match="`s`"):
         write_file(bad)
+    writer = LanceFileWriter(io.BytesIO(), LanceSchema.from_arrow(bad.schema))
+    with pytest.raises(UnsupportedFeatureError):
+        writer.write_batch(bad)
+    with pytest.raises(InvalidInputError, match="failed"):
+        writer.write_batch(bad.slice(0, 1))
+    with pytest.raises(InvalidInputError, match="failed"):
+        writer.finish()
     nested = pa.table({"l": pa.array([[{"x": {"a": 1, "b": "x"}}, {"x": None}]],
                                      pa.list_(pa.struct([("x", INNER)])))})
     with pytest.raises(UnsupportedFeatureError, match="`l.item.x`"):
