@@ -185,7 +185,9 @@ def prepare_write(
     if mode == "create" and existing is not None:
         raise DatasetAlreadyExistsError(f"dataset {store.uri} already exists (use mode='append' or 'overwrite')")
     source_schema, batches = as_batches(data, schema)
-    resolve_storage_version(data_storage_version, existing if mode == "append" else None)
+    # Appends, and overwrites that do not ask for a version, keep the dataset's own version.
+    keep = mode == "append" or (mode == "overwrite" and data_storage_version is None)
+    resolve_storage_version(data_storage_version, existing if keep else None)
     if mode == "append" and existing is not None:
         target = LanceSchema.from_fields(list(existing.manifest.fields), dict(existing.manifest.schema_metadata))
         target.check_compatible(source_schema)
