@@ -35,7 +35,7 @@ def batch(start: int, rows: int) -> pa.Table:
 
 
 def append_latencies(engine, path: str, appends: int) -> list[float]:
-    engine.write_dataset(batch(0, 1000), path, **({"data_storage_version": "2.0"} if engine is pylance else {}))
+    engine.write_dataset(batch(0, 1000), path, data_storage_version="2.0")
     times = []
     for i in range(appends):
         start = time.perf_counter()
@@ -81,7 +81,7 @@ def main() -> None:
         print(f"  ratio (pylance / ours, >= 1 means we are faster): {statistics.median(theirs) / statistics.median(mine):.2f}")
         for count in (int(v) for v in args.versions.split(",")):
             path = str(tmp / f"versions-{count}")
-            ours.write_dataset(batch(0, 10), path)
+            ours.write_dataset(batch(0, 10), path, data_storage_version="2.0")
             grow_versions(path, count)
             print(f"open latest + count_rows at {count} versions: ours {open_latest(ours, path) * 1e3:.2f} ms, "
                   f"pylance {open_latest(pylance, path) * 1e3:.2f} ms")
@@ -91,8 +91,7 @@ def main() -> None:
             runs = []
             for rep in range(3):
                 path = str(tmp / f"delete-{name}-{rep}")
-                kwargs = {"data_storage_version": "2.0"} if engine is pylance else {}
-                engine.write_dataset(table, path, **kwargs)
+                engine.write_dataset(table, path, data_storage_version="2.0")
                 ds = engine.dataset(path)
                 start = time.perf_counter()
                 ds.delete("id % 10 = 0")

@@ -53,7 +53,7 @@ def bench_variant(name: str, rows: int, reps: int, tmp: pathlib.Path) -> list[di
         results.append({"variant": name, "case": f"write {label}", "seconds": seconds, "mb_s": mb / seconds})
         return seconds
 
-    ours_w = write_case("ours 2.0", lambda p: ours.write_dataset(table, p))
+    ours_w = write_case("ours 2.0", lambda p: ours.write_dataset(table, p, data_storage_version="2.0"))
     pl20_w = write_case("pylance 2.0", lambda p: pylance.write_dataset(table, p, data_storage_version="2.0"))
     pldef_w = write_case("pylance default", lambda p: pylance.write_dataset(table, p))
 

@@ -22,3 +22,46 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def uri(tmp_path) -> str:
     """A fresh local dataset location."""
     return str(tmp_path / "ds.lance")
+
+
+# -- Airflow provider tests --------------------------------------------------------------------
+# Airflow reads its configuration when first imported, so the environment is set up when this file
+# is imported (before any other conftest or test module): a private AIRFLOW_HOME per session
+# (embedded SQLite, migrated once by the `airflow_db` fixture of tests/airflow), no example DAGs, a
+# DAGs folder with the example and test DAGs (dag.test() needs its DAG in a bundle), local Spark
+# through the `spark-submit` of this interpreter's environment, connections from AIRFLOW_CONN_* JSON.
+
+
+def _airflow_test_environment() -> str:
+    import json
+    import os
+    import pathlib
+    import sys
+    import tempfile
+
+    home = tempfile.mkdtemp(prefix="airflow-lance-tests-")
+    dags = pathlib.Path(home) / "dags"
+    dags.mkdir()
+    root = pathlib.Path(__file__).resolve().parents[1]
+    for source in [*(root / "example_dags").glob("*.py"), *(root / "tests" / "airflow" / "dags").glob("*.py")]:
+        (dags / source.name).symlink_to(source)
+    bin_dir = os.path.dirname(sys.executable)
+    os.environ.update({
+        "AIRFLOW_HOME": home,
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
+    })
+    return home
+
+
+_AIRFLOW_HOME = _airflow_test_environment()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    import shutil
+
+    shutil.rmtree(_AIRFLOW_HOME, ignore_errors=True)

@@ -3,6 +3,7 @@
 Public surface with pylance's names. This package never imports Airflow or Spark.
 """
 
+from airflow_lance.core.cleanup import CleanupStats, TaggedVersionsError, cleanup_old_versions
 from airflow_lance.core.dataset import LanceDataset, LanceFragment, dataset, write_dataset
 from airflow_lance.core.errors import (
     CommitConflictError,
@@ -21,36 +22,68 @@ from airflow_lance.core.errors import (
     VersionNotFoundError,
 )
 from airflow_lance.core.fragment import DataFile, DeletionFile, FragmentMetadata
+from airflow_lance.core.kartothek import (
+    KartothekError,
+    find_kartothek_datasets,
+    import_kartothek,
+    open_kartothek_table,
+    verify_kartothek_import,
+)
+from airflow_lance.core.optimize import (
+    Compaction,
+    CompactionMetrics,
+    CompactionOptions,
+    CompactionPlan,
+    CompactionTask,
+    RewriteResult,
+    compact_files,
+)
 from airflow_lance.core.schema import LanceSchema
 from airflow_lance.core.tags import Tags
-from airflow_lance.core.transaction import LanceOperation, Transaction
+from airflow_lance.core.transaction import IDEMPOTENCY_KEY, LanceOperation, Transaction
 from airflow_lance.core.write import write_fragments
 
 __all__ = [
+    "CleanupStats",
     "CommitConflictError",
     "CommitStateUnknownError",
+    "Compaction",
+    "CompactionMetrics",
+    "CompactionOptions",
+    "CompactionPlan",
+    "CompactionTask",
     "CorruptFileError",
     "DataFile",
     "DatasetAlreadyExistsError",
     "DatasetNotFoundError",
     "DeletionFile",
     "FragmentMetadata",
+    "IDEMPOTENCY_KEY",
     "IncompatibleTransactionError",
     "InvalidInputError",
+    "KartothekError",
     "LanceDataset",
     "LanceError",
     "LanceFragment",
     "LanceOperation",
     "LanceSchema",
+    "RewriteResult",
     "SchemaMismatchError",
     "StorageError",
     "TagAlreadyExistsError",
     "TagNotFoundError",
+    "TaggedVersionsError",
     "Tags",
     "Transaction",
     "UnsupportedFeatureError",
     "VersionNotFoundError",
+    "cleanup_old_versions",
+    "compact_files",
     "dataset",
+    "find_kartothek_datasets",
+    "import_kartothek",
+    "open_kartothek_table",
+    "verify_kartothek_import",
     "write_dataset",
     "write_fragments",
 ]

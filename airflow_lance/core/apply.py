@@ -30,8 +30,10 @@ from airflow_lance.core.manifest import ManifestFile
 from airflow_lance.core.schema import LanceSchema
 from airflow_lance.core.transaction import LanceOperation
 
+# New datasets' data storage version is chosen in core.write (an Overwrite without fragments uses it too).
+from airflow_lance.core.write import DEFAULT_STORAGE_VERSION as DEFAULT_DATA_STORAGE_VERSION
+
 WRITER_LIBRARY = "airflow-lance"
-DEFAULT_DATA_STORAGE_VERSION = "2.0"
 
 
 @dataclasses.dataclass
@@ -116,7 +118,11 @@ def _finish(manifest: table_pb2.Manifest, base: table_pb2.Manifest | None, ctx: 
     manifest.writer_version.version = airflow_lance.__version__
     manifest.transaction_file = ctx.transaction_file
     previous_max = base.max_fragment_id if base is not None and base.HasField("max_fragment_id") else None
-    candidates = [v for v in (max((f.id for f in manifest.fragments), default=None), previous_max) if v is not None]
+    # The handler may have raised max_fragment_id itself (ReserveFragments): never lower it.
+    own_max = manifest.max_fragment_id if manifest.HasField("max_fragment_id") else None
+    candidates = [
+        v for v in (max((f.id for f in manifest.fragments), default=None), previous_max, own_max) if v is not None
+    ]
     if candidates:
         manifest.max_fragment_id = max(candidates)
     feature_flags.apply_feature_flags(
@@ -286,7 +292,6 @@ def _apply_rewrite(op: LanceOperation.Rewrite, base: ManifestFile | None, ctx: A
         elif item is not None:
             manifest.fragments.append(item)
     remapped = {i.old_id: i for i in op.rewritten_indices}
-    stable = _has_stable_row_ids(base.manifest)
 
     def edit(index: table_pb2.IndexMetadata, bitmap: pyroaring.BitMap) -> pyroaring.BitMap:
         remap = remapped.get(str(uuid_lib.UUID(bytes=index.uuid.uuid))) if index.uuid.uuid else None
@@ -299,8 +304,10 @@ def _apply_rewrite(op: LanceOperation.Rewrite, base: ManifestFile | None, ctx: A
         for old_ids, new_ids in replaced:
             inside = old_ids <= set(bitmap)
             result -= pyroaring.BitMap(old_ids)
-            # The index still covers the rows only if it was remapped or row ids are stable.
-            if inside and (remap is not None or stable):
+            # The index still covers the rows only if it was remapped. Not even with stable row
+            # ids: pylance 14 scalar indices store row addresses (fragment << 32 | offset) there
+            # too and remap them on compaction, so stale coverage would return wrong rows.
+            if inside and remap is not None:
                 result |= pyroaring.BitMap(new_ids)
         return result
 

@@ -39,7 +39,7 @@ from airflow_lance.core.manifest import (
     serialize_manifest,
 )
 from airflow_lance.core.rebase import rebase_deletions
-from airflow_lance.core.storage import ObjectStore
+from airflow_lance.core.storage import ObjectStore, external
 from airflow_lance.core.transaction import (
     IDEMPOTENCY_KEY,
     Transaction,
@@ -49,14 +49,32 @@ from airflow_lance.core.transaction import (
 
 log = logging.getLogger(__name__)
 
-_BACKOFF_BASE_S = 0.005
-_BACKOFF_MAX_S = 1.0
 DEFAULT_IDEMPOTENCY_LOOKBACK = 100
+#: Retry slots are at least this long, and their number stops doubling at 2**_MAX_SLOT_EXPONENT.
+_MIN_SLOT_S = 0.001
+_MAX_SLOT_EXPONENT = 6
 
 
-def backoff_delay(attempt: int) -> float:
-    """Exponential backoff with full jitter for retry ``attempt`` (0-based)."""
-    return random.uniform(0, min(_BACKOFF_MAX_S, _BACKOFF_BASE_S * (2**attempt)))
+class SlotBackoff:
+    """Lance's retry schedule after a lost commit race (its ``SlotBackoff``).
+
+    A slot lasts 1.1x the first attempt, so the schedule scales with the
+    store: milliseconds on local disk, a round trip or more on object stores
+    (where a fixed millisecond backoff starves the losers). Retry ``n`` waits
+    a random number of slots out of ``4 * 2**n``, at most 64.
+    """
+
+    def __init__(self) -> None:
+        self._start = time.monotonic()
+        self._unit: float | None = None
+        self.attempt = 0
+
+    def delay(self) -> float:
+        if self._unit is None:
+            self._unit = max(_MIN_SLOT_S, 1.1 * (time.monotonic() - self._start))
+        slots = 2 ** min(self.attempt + 2, _MAX_SLOT_EXPONENT)
+        self.attempt += 1
+        return random.randrange(slots) * self._unit
 
 
 class _History:
@@ -115,9 +133,12 @@ def _write_hint(store: ObjectStore, version: int) -> None:
         log.debug("could not update the version hint: %s", exc)
 
 
-def _publish(store: ObjectStore, path: str, data: bytes) -> bool:
-    """Put-if-not-exists; after an ambiguous failure, look whether our bytes landed."""
+def _publish(store: ObjectStore, version: int, path: str, data: bytes) -> bool:
+    """Put-if-not-exists (or the external table's protocol); after an ambiguous failure,
+    look whether our bytes landed."""
     try:
+        if store.external_manifests is not None:
+            return external.commit(store, store.external_manifests, version, path, data)
         return store.put_if_not_exists(path, data)
     except StorageError as exc:
         try:
@@ -176,6 +197,7 @@ def commit_transaction(
     IncompatibleTransactionError, or CommitStateUnknownError (never clean up then).
     ``latest_known`` (a manifest the caller just read) saves reading it again.
     """
+    store.ensure_committable()
     history = _History(store, latest_known)
     if create_only and history.latest:
         raise DatasetAlreadyExistsError(f"dataset {store.uri} already exists")
@@ -187,6 +209,7 @@ def commit_transaction(
     searched = max(0, history.latest - idempotency_lookback)
     needs_rebase = False
     written: Transaction | None = None
+    backoff = SlotBackoff()
     for attempt in range(max_retries + 1):
         latest = history.latest
         if create_only and latest:
@@ -214,10 +237,10 @@ def commit_transaction(
         nxt = build_next_manifest(current.operation, base, ApplyContext(txn_name, history.manifest))
         data = serialize_manifest(nxt.manifest, nxt.index_section)
         path = layout.manifest_path(nxt.manifest.version, scheme)
-        if _publish(store, path, data):
+        if _publish(store, nxt.manifest.version, path, data):
             _write_hint(store, nxt.manifest.version)
             return ManifestFile(nxt.manifest, nxt.index_section, path, len(data), scheme)
         log.debug("version %d was taken by a concurrent writer (attempt %d)", nxt.manifest.version, attempt + 1)
-        time.sleep(backoff_delay(attempt))
+        time.sleep(backoff.delay())
         history.refresh()
     raise CommitConflictError(f"gave up committing to {store.uri} after {max_retries} retries")

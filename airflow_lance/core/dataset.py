@@ -7,7 +7,7 @@ import datetime as dt
 import functools
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -34,7 +34,12 @@ from airflow_lance.core.scan import apply_filter, read_fragment, scan_fragments
 from airflow_lance.core.schema import LanceSchema
 from airflow_lance.core.storage import ObjectStore, open_store
 from airflow_lance.core.tags import Tags
-from airflow_lance.core.transaction import LanceOperation, Transaction, build_properties
+from airflow_lance.core.transaction import (
+    LanceOperation,
+    Transaction,
+    build_properties,
+    read_transaction_file,
+)
 from airflow_lance.core.write import (
     MAX_BYTES_PER_FILE,
     MAX_ROWS_PER_FILE,
@@ -43,6 +48,10 @@ from airflow_lance.core.write import (
     prepare_write,
     write_data_files,
 )
+
+if TYPE_CHECKING:
+    from airflow_lance.core.cleanup import CleanupStats
+    from airflow_lance.core.optimize import DatasetOptimizer
 
 FilterLike = str | pc.Expression | None
 
@@ -193,6 +202,20 @@ class LanceDataset:
         """A new handle on ``version`` (a number or a tag name)."""
         return _open_version(self._store, version)
 
+    def read_transaction(self, version: int | None = None) -> Transaction | None:
+        """The transaction that made ``version`` (default: this handle's version), or None
+        when that version has no transaction file (pylance's name)."""
+        if version is None or version == self.version:
+            name = self._manifest.transaction_file
+        else:
+            name = read_manifest(self._store, version).manifest.transaction_file
+        if not name:
+            return None
+        try:
+            return read_transaction_file(self._store, name)
+        except FileNotFoundError:
+            return None
+
     # -- reading --------------------------------------------------------------
     def get_fragments(self) -> list[LanceFragment]:
         return [LanceFragment(self, f) for f in self._fragments]
@@ -262,6 +285,35 @@ class LanceDataset:
                 continue
             return {"num_deleted_rows": deleted, "version": new.version}
         raise AssertionError("unreachable")
+
+    # -- maintenance ----------------------------------------------------------
+    @property
+    def optimize(self) -> DatasetOptimizer:
+        """Compaction bound to this handle: ``ds.optimize.compact_files(...)`` (pylance's name)."""
+        from airflow_lance.core.optimize import DatasetOptimizer
+
+        return DatasetOptimizer(self)
+
+    def cleanup_old_versions(
+        self,
+        older_than: dt.timedelta | None = None,
+        retain_versions: int | None = None,
+        *,
+        delete_unverified: bool = False,
+        error_if_tagged_old_versions: bool = True,
+        dry_run: bool = False,
+    ) -> CleanupStats:
+        """Remove versions older than this handle's that the policy lets go (see ``core.cleanup``)."""
+        from airflow_lance.core.cleanup import cleanup_old_versions
+
+        return cleanup_old_versions(
+            self,
+            older_than=older_than,
+            retain_versions=retain_versions,
+            delete_unverified=delete_unverified,
+            error_if_tagged_old_versions=error_if_tagged_old_versions,
+            dry_run=dry_run,
+        )
 
     def restore(self) -> LanceDataset:
         """Make this handle's (old) version the latest one, as a new commit."""
@@ -343,13 +395,15 @@ def write_dataset(
     """Write ``data`` as a new dataset (``create``), a new version (``append``) or a
     replacement (``overwrite``), in one atomic commit.
 
-    ``data_storage_version`` defaults to 2.0 for new datasets and to the
-    dataset's own version otherwise.
+    ``data_storage_version`` ("2.0", "2.1", "2.2" or "stable") defaults to 2.2
+    for new datasets; appends always use the dataset's own version.
     """
     store = open_store(uri, storage_options)
-    existing, target, batches = prepare_write(store, data, schema, mode, data_storage_version)
+    store.ensure_committable()  # before writing data files that could never be committed
+    existing, target, batches, version = prepare_write(store, data, schema, mode, data_storage_version)
     fragments = write_data_files(
-        store, batches, target, max_rows_per_file=max_rows_per_file, max_bytes_per_file=max_bytes_per_file
+        store, batches, target, max_rows_per_file=max_rows_per_file, max_bytes_per_file=max_bytes_per_file,
+        data_storage_version=version,
     )
     operation: LanceOperation.BaseOperation
     if mode == "append" and existing is not None:

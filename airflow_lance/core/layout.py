@@ -16,6 +16,13 @@ TRANSACTIONS_DIR = "_transactions"
 DELETIONS_DIR = "_deletions"
 INDICES_DIR = "_indices"
 TAGS_DIR = "_refs/tags"
+BRANCHES_DIR = "_refs/branches"
+#: Scratch space of distributed (Spark) jobs, e.g. staged job results: ``_airflow_staging/...``.
+#: Nothing in it is ever referenced by a manifest; cleanup reclaims it after the unverified-file
+#: grace period (7 days, or ``delete_unverified``), like any other unreferenced file.
+STAGING_DIR = "_airflow_staging"
+#: Temporary files start with this: pylance's ``.tmpXXXXXX`` and our stores' ``.tmp-{name}-{uuid}``.
+TEMP_FILE_PREFIX = ".tmp"
 LATEST_VERSION_HINT = f"{VERSIONS_DIR}/latest_version_hint.json"
 
 _U64_MAX = (1 << 64) - 1
@@ -108,3 +115,13 @@ def tag_path(name: str) -> str:
 
 def index_dir(index_uuid: str) -> str:
     return f"{INDICES_DIR}/{index_uuid}"
+
+
+def staging_dir(job_id: str) -> str:
+    """Scratch directory of one distributed write job (see :data:`STAGING_DIR`)."""
+    return f"{STAGING_DIR}/{job_id}"
+
+
+def is_temp_file_name(name: str) -> bool:
+    """Whether a file name (no directory) is a writer's temporary file."""
+    return name.startswith(TEMP_FILE_PREFIX)

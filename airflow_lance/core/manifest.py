@@ -17,7 +17,7 @@ from google.protobuf.message import DecodeError
 from airflow_lance.core import layout
 from airflow_lance.core._proto import table_pb2
 from airflow_lance.core.errors import CorruptFileError, DatasetNotFoundError, VersionNotFoundError
-from airflow_lance.core.storage import ObjectStore
+from airflow_lance.core.storage import ObjectStore, external
 
 MAGIC = b"LANC"
 _FOOTER = struct.Struct("<QHH4s")
@@ -90,6 +90,8 @@ def parse_manifest(data: bytes, path: str, scheme: layout.ManifestNamingScheme) 
 
 def list_versions(store: ObjectStore) -> dict[int, layout.ManifestNamingScheme]:
     """All committed versions found in ``_versions/`` with their naming scheme (one listing)."""
+    if store.external_manifests is not None:
+        external.resolve_latest(store, store.external_manifests)  # finish a half-done commit first
     found: dict[int, layout.ManifestNamingScheme] = {}
     for name in store.list_names(layout.VERSIONS_DIR):
         parsed = layout.parse_manifest_name(name)
@@ -124,13 +126,47 @@ def probe_newer(
     """Starting from an existing ``version``, step to the last consecutive existing version.
 
     Versions are contiguous, so this finds the latest with one existence check
-    per newer version, independent of how many old versions exist.
+    per newer version, independent of how many old versions exist. Stores with
+    an external manifest table or an ordered listing answer in one request.
     """
+    if store.external_manifests is not None or store.lexically_ordered:
+        latest = _resolve_latest(store)
+        return latest if latest is not None and latest[0] > version else (version, scheme)
     while True:
         found = version_scheme(store, version + 1, scheme)
         if found is None:
             return version, scheme
         version, scheme = version + 1, found
+
+
+def _latest_from_sorted_listing(store: ObjectStore) -> tuple[int, layout.ManifestNamingScheme] | None:
+    """Newest version from a lexically ordered listing: the first V2 name, else the max of all names."""
+    best: tuple[int, layout.ManifestNamingScheme] | None = None
+    for name in store.iter_sorted_names(layout.VERSIONS_DIR):
+        parsed = layout.parse_manifest_name(name)
+        if parsed is None:
+            continue
+        if best is None and parsed[1] is layout.ManifestNamingScheme.V2:
+            return parsed  # V2 names sort newest first
+        if best is None or parsed[0] > best[0]:
+            best = parsed  # V1 names do not sort by version: look at all
+    return best
+
+
+def _resolve_latest(store: ObjectStore) -> tuple[int, layout.ManifestNamingScheme] | None:
+    """Latest version from the external table, else from an ordered listing."""
+    if store.external_manifests is not None:
+        found = external.resolve_latest(store, store.external_manifests)
+        if found is not None:
+            return found
+        # No row yet: the dataset was committed without the table so far.
+    if store.lexically_ordered:
+        return _latest_from_sorted_listing(store)
+    versions = list_versions(store)
+    if not versions:
+        return None
+    latest = max(versions)
+    return latest, versions[latest]
 
 
 def _hinted_version(store: ObjectStore) -> int | None:
@@ -144,9 +180,13 @@ def _hinted_version(store: ObjectStore) -> int | None:
 def latest_version(store: ObjectStore) -> tuple[int, layout.ManifestNamingScheme] | None:
     """The newest committed version and its naming scheme, or None for no dataset.
 
-    Uses the (best-effort) hint file and probes forward from it; falls back to
-    listing ``_versions/`` when there is no usable hint.
+    With an external manifest table, the table decides. On lexically ordered
+    object stores the first V2 name of ``_versions/`` is the latest (one small
+    listing page). Elsewhere: the (best-effort) hint file, probing forward from
+    it; listing ``_versions/`` when there is no usable hint.
     """
+    if store.external_manifests is not None or store.lexically_ordered:
+        return _resolve_latest(store)
     hinted = _hinted_version(store)
     if hinted is not None:
         scheme = version_scheme(store, hinted)
@@ -169,6 +209,15 @@ def read_manifest(store: ObjectStore, version: int, scheme: layout.ManifestNamin
         except FileNotFoundError:
             continue
         return parse_manifest(data, path, candidate)
+    if store.external_manifests is not None:
+        # Committed in the table but not yet moved to its final name: finish it, read again.
+        found = external.resolve_version(store, store.external_manifests, version)
+        if found is not None:
+            path = layout.manifest_path(version, found)
+            try:
+                return parse_manifest(store.read(path), path, found)
+            except FileNotFoundError:
+                pass  # the row outlived its manifest (cleaned up)
     raise VersionNotFoundError(f"version {version} of {store.uri} does not exist")
 
 

@@ -16,13 +16,18 @@ from airflow_lance.core.schema import LanceSchema
 from airflow_lance.core.storage import ObjectStore
 
 
+#: DataFile (major, minor) pairs we read: legacy (0.1/0.2 files), 2.0 (also written as 0.3), 2.1, 2.2.
+READABLE_DATA_FILE_VERSIONS = ((0, 0), (0, 1), (0, 2), (0, 3), (2, 0), (2, 1), (2, 2))
+
+
 def _check_data_file(data_file: DataFile, path: str) -> None:
     if data_file.base_id is not None:
         raise UnsupportedFeatureError(f"{path}: data files in other base paths are not supported")
     version = (data_file.file_major_version, data_file.file_minor_version)
-    if version not in ((2, 0), (0, 3)):
+    if version not in READABLE_DATA_FILE_VERSIONS:
         raise UnsupportedFeatureError(
-            f"{path}: data file version {version[0]}.{version[1]} is not supported for reading (supported: 2.0)"
+            f"{path}: data file version {version[0]}.{version[1]} is not supported for reading "
+            "(supported: legacy 0.1, 2.0, 2.1, 2.2)"
         )
 
 
@@ -32,10 +37,15 @@ def _read_data_file(
     """Read the top-level fields of ``projection`` stored in ``data_file``, by field id."""
     path = layout.data_file_path(data_file.path)
     _check_data_file(data_file, path)
-    column_index = {
-        field_id: column for field_id, column in zip(data_file.fields, data_file.column_indices) if field_id >= 0
-    }
-    wanted = [f for f in projection.top_level() if f.id in column_index]
+    if data_file.file_major_version == 0 and data_file.file_minor_version < 3:
+        # legacy files have no column indices: every field id listed is stored in the file
+        column_index = {field_id: field_id for field_id in data_file.fields if field_id >= 0}
+    else:
+        column_index = {
+            field_id: column for field_id, column in zip(data_file.fields, data_file.column_indices) if field_id >= 0
+        }
+    # 2.1+ files list only leaf fields: a top-level field is stored if any field below it is
+    wanted = [f for f in projection.top_level() if any(i in column_index for i in projection.subtree_ids(f.id))]
     if not wanted:
         return {}
     sub = projection.project([f.name for f in wanted])

@@ -31,12 +31,14 @@ WriteMode = Literal["create", "append", "overwrite"]
 
 MAX_ROWS_PER_FILE = 1024 * 1024
 MAX_BYTES_PER_FILE = 90 * 1024**3
-SUPPORTED_STORAGE_VERSIONS = ("2.0",)
+SUPPORTED_STORAGE_VERSIONS = ("2.0", "2.1", "2.2")
+#: Data storage version of new datasets when none is requested.
+DEFAULT_STORAGE_VERSION = "2.2"
 _VERSION_ALIASES = {"stable": "2.2", "next": "2.3", "legacy": "0.1"}
 
 
 def resolve_storage_version(requested: str | None, existing: ManifestFile | None) -> str:
-    """The data storage version to write: the dataset's own, else the request, else 2.0."""
+    """The data storage version to write: the dataset's own, else the request, else the default."""
     if existing is not None and existing.manifest.data_format.version:
         version = existing.manifest.data_format.version
         wanted = _VERSION_ALIASES.get(requested, requested) if requested else version
@@ -45,7 +47,7 @@ def resolve_storage_version(requested: str | None, existing: ManifestFile | None
                 f"dataset uses data storage version {version}; cannot write {wanted} files into it"
             )
     else:
-        version = _VERSION_ALIASES.get(requested, requested) if requested else "2.0"
+        version = _VERSION_ALIASES.get(requested, requested) if requested else DEFAULT_STORAGE_VERSION
     if version not in SUPPORTED_STORAGE_VERSIONS:
         raise UnsupportedFeatureError(
             f"data storage version {version} is not supported for writing (supported: "
@@ -94,9 +96,10 @@ def _conform(batches: Iterator[pa.RecordBatch], schema: LanceSchema) -> Iterator
 class _FragmentSink:
     """Writes consecutive data files, one fragment each, cutting at the size limits."""
 
-    def __init__(self, store: ObjectStore, schema: LanceSchema, max_rows: int, max_bytes: int) -> None:
+    def __init__(self, store: ObjectStore, schema: LanceSchema, max_rows: int, max_bytes: int, version: str) -> None:
         self.store = store
         self.schema = schema
+        self.version = version
         self.max_rows = max_rows
         self.max_bytes = max_bytes
         self.fragments: list[FragmentMetadata] = []
@@ -108,7 +111,7 @@ class _FragmentSink:
         self._name = layout.new_data_file_name()
         self._stack = contextlib.ExitStack()
         sink = self._stack.enter_context(self.store.open_output(layout.data_file_path(self._name)))
-        self._writer = LanceFileWriter(sink, self.schema)
+        self._writer = LanceFileWriter(sink, self.schema, version=self.version)
         return self._writer
 
     def _close(self) -> None:
@@ -116,8 +119,8 @@ class _FragmentSink:
         assert writer is not None and stack is not None
         with stack:
             size = writer.finish()
-        ids = tuple(self.schema.field_ids())
-        data_file = DataFile(self._name, ids, tuple(range(len(ids))), 2, 0, size)
+        data_file = DataFile(self._name, tuple(writer.field_ids), tuple(writer.column_indices),
+                             *writer.file_version, size)
         self.fragments.append(FragmentMetadata(0, (data_file,), writer.num_rows))
         self._writer = self._stack = None
 
@@ -149,11 +152,20 @@ def write_data_files(
     *,
     max_rows_per_file: int = MAX_ROWS_PER_FILE,
     max_bytes_per_file: int = MAX_BYTES_PER_FILE,
+    data_storage_version: str | None = None,
 ) -> list[FragmentMetadata]:
-    """Write batches as new fragments (ids 0, committed by nobody) and return them."""
+    """Write batches as new fragments (ids 0, committed by nobody) and return them.
+
+    The files get the dataset's data storage version (``store`` is asked when
+    ``data_storage_version`` is None; a new dataset gets the default).
+    """
     if max_rows_per_file <= 0 or max_bytes_per_file <= 0:
         raise InvalidInputError("max_rows_per_file and max_bytes_per_file must be positive")
-    sink = _FragmentSink(store, schema, max_rows_per_file, max_bytes_per_file)
+    if data_storage_version is None:
+        data_storage_version = resolve_storage_version(None, _latest_or_none(store))
+    elif data_storage_version not in SUPPORTED_STORAGE_VERSIONS:
+        data_storage_version = resolve_storage_version(data_storage_version, None)
+    sink = _FragmentSink(store, schema, max_rows_per_file, max_bytes_per_file, data_storage_version)
     try:
         for batch in batches:
             if batch.num_rows:
@@ -177,8 +189,13 @@ def prepare_write(
     schema: pa.Schema | None,
     mode: str,
     data_storage_version: str | None,
-) -> tuple[ManifestFile | None, LanceSchema, Iterator[pa.RecordBatch]]:
-    """Validate a write against the dataset: returns (latest manifest, target schema, batches)."""
+) -> tuple[ManifestFile | None, LanceSchema, Iterator[pa.RecordBatch], str]:
+    """Validate a write against the dataset.
+
+    Returns (latest manifest, target schema, batches, data storage version):
+    appends keep the dataset's version; overwrites and new datasets use the
+    request or the default.
+    """
     if mode not in ("create", "append", "overwrite"):
         raise InvalidInputError(f"mode must be 'create', 'append' or 'overwrite', not {mode!r}")
     existing = _latest_or_none(store)
@@ -187,13 +204,13 @@ def prepare_write(
     source_schema, batches = as_batches(data, schema)
     # Appends, and overwrites that do not ask for a version, keep the dataset's own version.
     keep = mode == "append" or (mode == "overwrite" and data_storage_version is None)
-    resolve_storage_version(data_storage_version, existing if keep else None)
+    version = resolve_storage_version(data_storage_version, existing if keep else None)
     if mode == "append" and existing is not None:
         target = LanceSchema.from_fields(list(existing.manifest.fields), dict(existing.manifest.schema_metadata))
         target.check_compatible(source_schema)
     else:
         target = LanceSchema.from_arrow(source_schema)
-    return existing, target, _conform(batches, target)
+    return existing, target, _conform(batches, target), version
 
 
 def write_fragments(
@@ -215,7 +232,8 @@ def write_fragments(
     fragments with id 0 ("assign at commit").
     """
     store = open_store(dataset_uri, storage_options)
-    _existing, target, batches = prepare_write(store, data, schema, mode, data_storage_version)
+    _existing, target, batches, version = prepare_write(store, data, schema, mode, data_storage_version)
     return write_data_files(
-        store, batches, target, max_rows_per_file=max_rows_per_file, max_bytes_per_file=max_bytes_per_file
+        store, batches, target, max_rows_per_file=max_rows_per_file, max_bytes_per_file=max_bytes_per_file,
+        data_storage_version=version,
     )

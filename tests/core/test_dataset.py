@@ -32,7 +32,7 @@ def test_create_append_overwrite_and_versions(uri):
     old = ds.checkout_version(1)
     assert old.version == 1 and old.latest_version == 3 and old.to_table().equals(_table(0, 10))
     assert lance.dataset(uri, version=2).count_rows() == 15
-    assert ds.data_storage_version == "2.0"
+    assert ds.data_storage_version == "2.2"  # the default for new datasets
 
 
 def test_v2_manifest_names_hint_and_transaction_files(uri):
@@ -154,8 +154,10 @@ def test_bad_mode_and_arguments(uri):
 
 
 def test_unsupported_storage_version_is_refused(uri):
-    with pytest.raises(lance.UnsupportedFeatureError, match="2.2"):
-        lance.write_dataset(_table(0, 1), uri, data_storage_version="stable")
+    with pytest.raises(lance.UnsupportedFeatureError, match="2.3"):
+        lance.write_dataset(_table(0, 1), uri, data_storage_version="next")
+    with pytest.raises(lance.UnsupportedFeatureError, match="0.1"):
+        lance.write_dataset(_table(0, 1), uri, data_storage_version="legacy")
 
 
 def test_corrupt_manifest_names_the_file(uri):

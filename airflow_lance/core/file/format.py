@@ -32,7 +32,12 @@ FOOTER_SIZE = FOOTER.size  # 40
 TABLE_ENTRY = struct.Struct("<QQ")
 #: Footer version pylance writes for "2.0" files; (2, 0) is read as well.
 WRITE_VERSION = (0, 3)
-READ_VERSIONS = ((0, 3), (2, 0))
+V2_0_VERSIONS = ((0, 3), (2, 0))
+#: 2.1+ files: only leaf columns, structural page layouts (see ``v21``).
+V2_1_VERSIONS = ((2, 1), (2, 2))
+READ_VERSIONS = (*V2_0_VERSIONS, *V2_1_VERSIONS)
+#: Footer versions of legacy (0.1) files (see ``legacy``).
+LEGACY_VERSIONS = ((0, 0), (0, 1), (0, 2))
 
 ARRAY_ENCODING_URL = "/lance.encodings.ArrayEncoding"
 COLUMN_ENCODING_URL = "/lance.encodings.ColumnEncoding"
@@ -74,7 +79,8 @@ class Footer:
         footer = cls(*fields)
         if (footer.major, footer.minor) not in READ_VERSIONS:
             raise UnsupportedFeatureError(
-                f"{path}: data file version {footer.major}.{footer.minor} is not supported (only 2.0)"
+                f"{path}: data file version {footer.major}.{footer.minor} is not supported "
+                "(supported: legacy 0.1, 2.0, 2.1, 2.2)"
             )
         end = file_size - FOOTER_SIZE
         if not (

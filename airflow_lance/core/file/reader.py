@@ -1,9 +1,9 @@
-"""Reader of Lance 2.0 data files (ours and pylance's).
+"""Reader of Lance data files (ours and pylance's): 2.0, 2.1, 2.2 and legacy 0.1.
 
 ::
 
     reader = LanceFileReader(source, path="data/x.lance", file_size=None, column_index=None)
-    reader.version          # (major, minor) from the footer: (0, 3) or (2, 0)
+    reader.version          # (major, minor) from the footer: (0, 3)/(2, 0), (2, 1), (2, 2), legacy (0, 1|2)
     reader.num_rows         # rows in the file (FileDescriptor.length)
     reader.num_columns
     reader.schema           # LanceSchema stored in the file (global buffer 0)
@@ -27,6 +27,11 @@ Top-level non-nested columns come back with one chunk per page, built over
 the read buffers without copying; struct and list columns come back as one
 chunk. Malformed files raise ``CorruptFileError`` naming the file, unknown
 encodings and other format versions ``UnsupportedFeatureError``.
+
+The version decides the decoder: 2.0 pages are decoded here (one column per
+field, ``decode``); 2.1/2.2 files share the container but only leaves have
+columns and pages carry structural layouts (``v21.read``); legacy files have
+a different container altogether (``legacy``).
 """
 
 from __future__ import annotations
@@ -43,14 +48,55 @@ from airflow_lance.core._proto import file2_pb2, file_pb2
 from airflow_lance.core._proto.encodings_v2_0_pb2 import ArrayEncoding
 from airflow_lance.core.errors import CorruptFileError, InvalidInputError, LanceError
 from airflow_lance.core.file import decode
-from airflow_lance.core.file.format import FOOTER_SIZE, TABLE_ENTRY, Footer, unwrap_array_encoding
+from airflow_lance.core.file.format import (
+    FOOTER_SIZE,
+    LEGACY_VERSIONS,
+    TABLE_ENTRY,
+    V2_1_VERSIONS,
+    Footer,
+    unwrap_array_encoding,
+)
+from airflow_lance.core.file.legacy import LegacyFile
+from airflow_lance.core.file.v21.read import Assembler21
 from airflow_lance.core.schema import LanceSchema
 
 #: Bytes read from the end of the file on open (footer, tables, usually all metadata).
 TAIL_BYTES = 64 * 1024
+#: Rows in one data file: Lance row addresses keep the offset in a fragment in 32 bits.
+MAX_ROWS = 2**32
 #: Byte ranges closer than this are read with one request.
 COALESCE_GAP = 256 * 1024
-_MALFORMED = (IndexError, KeyError, ValueError, OverflowError, struct.error, DecodeError, pa.ArrowException)
+_MALFORMED = (IndexError, KeyError, ValueError, OverflowError, TypeError, struct.error, DecodeError,
+              pa.ArrowException)
+
+
+def _is_packed(field: file_pb2.Field) -> bool:
+    value = field.metadata.get("lance-encoding:packed", field.metadata.get("packed"))
+    return value is not None and value.lower() not in (b"false", b"0", b"no")
+
+
+def default_column_index(schema: LanceSchema, version: tuple[int, int]) -> dict[int, int]:
+    """Field id -> column of a file written for ``schema`` (the file's own schema by default).
+
+    2.0: every field has a column, in pre-order. 2.1+: only leaves (fields
+    without children, and packed structs, whose children have none) in
+    pre-order. Legacy: every field (the reader does not use columns).
+    """
+    if version not in V2_1_VERSIONS:
+        return {f.id: i for i, f in enumerate(schema.fields)}
+    out: dict[int, int] = {}
+
+    def walk(field: file_pb2.Field) -> None:
+        children = schema.children(field.id)
+        if not children or (field.logical_type == "struct" and _is_packed(field)):
+            out[field.id] = len(out)
+            return
+        for child in children:
+            walk(child)
+
+    for top in schema.top_level():
+        walk(top)
+    return out
 
 
 class LanceFileReader:
@@ -68,15 +114,14 @@ class LanceFileReader:
         self.path = path
         self._source = source
         self._metadata_cache: dict[int, file2_pb2.ColumnMetadata] = {}
+        self._legacy: LegacyFile | None = None
         try:
             self._open(file_size)
         except LanceError:
             raise
         except _MALFORMED as exc:
             raise CorruptFileError(path, f"malformed file metadata: {exc}") from exc
-        self._column_index = dict(column_index) if column_index is not None else {
-            f.id: i for i, f in enumerate(self.schema.fields)
-        }
+        self._column_index = dict(column_index) if column_index is not None else None
 
     def _open(self, file_size: int | None) -> None:
         actual = self._source.size()
@@ -85,6 +130,15 @@ class LanceFileReader:
         self.file_size = actual
         tail_start = max(0, actual - TAIL_BYTES)
         tail = self._read_range(tail_start, actual - tail_start)
+        if tail.size >= 8 and tail.slice(tail.size - 4).to_pybytes() == b"LANC":
+            version = struct.unpack("<HH", tail.slice(tail.size - 8, 4).to_pybytes())
+            if version in LEGACY_VERSIONS:
+                self._legacy = LegacyFile(self._read_range, actual, self.path)
+                self.version = version
+                self.schema = self._legacy.schema
+                self.num_rows = self._legacy.num_rows
+                self.num_columns = len(self.schema.fields)
+                return
         footer = Footer.parse(tail.slice(max(0, tail.size - FOOTER_SIZE)).to_pybytes(), actual, self.path)
         self._footer = footer
         self.version = (footer.major, footer.minor)
@@ -107,8 +161,15 @@ class LanceFileReader:
         try:
             self.schema = LanceSchema.from_fields(descriptor.schema.fields, descriptor.schema.metadata)
         except InvalidInputError as exc:
-            raise CorruptFileError(self.path, f"bad schema in file descriptor: {exc}") from exc
+            if self.version == (2, 0) or self.version == (0, 3):
+                raise CorruptFileError(self.path, f"bad schema in file descriptor: {exc}") from exc
+            # pylance 14 stores internal fields with id -1 (blob v2 descriptions) in 2.1+ files:
+            # readers given the dataset schema do not need the file's own
+            self.schema = None
+            self._schema_error = exc
         self.num_rows = descriptor.length
+        if self.num_rows > MAX_ROWS:
+            raise CorruptFileError(self.path, f"implausible row count {self.num_rows}")
 
     # ------------------------------------------------------------------ low-level I/O
 
@@ -133,6 +194,8 @@ class LanceFileReader:
 
     def column_metadata(self, column: int) -> file2_pb2.ColumnMetadata:
         """The parsed ``ColumnMetadata`` of one column (cached)."""
+        if self._legacy is not None:
+            raise InvalidInputError(f"{self.path}: legacy files have no column metadata")
         cached = self._metadata_cache.get(column)
         if cached is not None:
             return cached
@@ -190,9 +253,21 @@ class LanceFileReader:
 
     def read(self, schema: LanceSchema | None = None, *, column_index: Mapping[int, int] | None = None) -> pa.Table:
         """Read the top-level fields of ``schema`` (default: the file's schema) as a table."""
-        schema = schema if schema is not None else self.schema
-        mapping = dict(column_index) if column_index is not None else self._column_index
+        if schema is None:
+            if self.schema is None:
+                raise CorruptFileError(self.path, f"bad schema in file descriptor: {self._schema_error}")
+            schema = self.schema
+        if column_index is not None:
+            mapping = dict(column_index)
+        elif self._column_index is not None:
+            mapping = self._column_index
+        else:
+            if self.schema is None:
+                raise CorruptFileError(self.path, f"bad schema in file descriptor: {self._schema_error}")
+            mapping = default_column_index(self.schema, self.version)
         try:
+            if self._legacy is not None:
+                return self._legacy.read(schema)
             return self._read(schema, mapping)
         except LanceError:
             raise
@@ -203,8 +278,17 @@ class LanceFileReader:
         arrow_schema = schema.to_arrow()
         tops = schema.top_level()
         columns = sorted({mapping[i] for top in tops for i in schema.subtree_ids(top.id) if i in mapping})
-        assembler = _Assembler(self, schema, mapping, self._load_pages(columns))
+        if any(not 0 <= c < self.num_columns for c in columns):
+            raise CorruptFileError(self.path, f"column index out of range ({self.num_columns} columns)")
+        buffers = self._load_pages(columns)
         arrays = []
+        if self.version in V2_1_VERSIONS:
+            assembler21 = Assembler21(self, schema, mapping, buffers)
+            for top, arrow_field in zip(tops, arrow_schema):
+                chunks = assembler21.field_chunks(top, arrow_field.type, self.num_rows)
+                arrays.append(pa.chunked_array(chunks, type=arrow_field.type))
+            return pa.Table.from_arrays(arrays, schema=arrow_schema)
+        assembler = _Assembler(self, schema, mapping, buffers)
         for top, arrow_field in zip(tops, arrow_schema):
             chunks = assembler.field_chunks(top, arrow_field.type, self.num_rows, top_level=True)
             arrays.append(pa.chunked_array(chunks, type=arrow_field.type))

@@ -1,13 +1,14 @@
-"""Streaming writer of Lance 2.0 data files.
+"""Streaming writer of Lance data files, format 2.0 (default), 2.1 or 2.2.
 
 ::
 
-    writer = LanceFileWriter(sink, schema, max_page_bytes=8 * 1024 * 1024)
+    writer = LanceFileWriter(sink, schema, max_page_bytes=8 * 1024 * 1024, version="2.0")
     writer.write_batch(batch)          # pa.RecordBatch or pa.Table, any number of times
     writer.num_rows                    # rows written so far
     writer.bytes_written               # bytes handed to the sink + bytes buffered in pages
     size = writer.finish()             # footer written; returns the file size
     writer.field_ids, writer.column_indices   # for DataFile.fields / column_indices
+    writer.file_version                # (major, minor) for DataFile: (2, 0), (2, 1), (2, 2)
 
 ``sink`` is any binary file-like object with ``write``; offsets are tracked
 here, no ``seek``/``tell`` is needed. Every Lance field (parents included) is
@@ -15,6 +16,11 @@ one column (format notes 6.2). Each column buffers its values until about
 ``max_page_bytes`` are pending, then writes a page; pages never split a row,
 list items and struct children page independently of their parents. A single
 value larger than the limit gets a page of its own.
+
+2.1/2.2 files (``version="2.1"``/``"2.2"``) have one column per *leaf* field
+(struct and list structure goes into rep/def levels, see ``v21.write``);
+every leaf column buffers the Arrow slices of its rows and encodes a page
+when about ``max_page_bytes`` are pending. Struct nulls are written there.
 
 Batches are aligned to the schema first (:meth:`LanceSchema.align`): columns
 are selected by name, struct children may come in any order, and types that
@@ -28,11 +34,15 @@ from __future__ import annotations
 
 from typing import BinaryIO
 
+import numpy as np
 import pyarrow as pa
 
 from airflow_lance.core._proto import file2_pb2, file_pb2
 from airflow_lance.core.errors import InvalidInputError, UnsupportedFeatureError
 from airflow_lance.core.file import encode
+from airflow_lance.core.file.v21 import write as encode21
+from airflow_lance.core.file.v21.pages import PAGE_LAYOUT_URL
+from airflow_lance.core.file.v21.structure import ITEM, LIST, NodeData
 from airflow_lance.core.file.format import (
     ARRAY_ENCODING_URL,
     COLUMN_ENCODING,
@@ -46,6 +56,102 @@ from airflow_lance.core.file.format import (
 from airflow_lance.core.schema import LanceSchema
 
 DEFAULT_MAX_PAGE_BYTES = 8 * 1024 * 1024
+#: ``version=`` values -> footer version written.
+FILE_VERSIONS = {"2.0": WRITE_VERSION, "2.1": (2, 1), "2.2": (2, 2)}
+#: DataFile (major, minor) per ``version=``.
+DATA_FILE_VERSIONS = {"2.0": (2, 0), "2.1": (2, 1), "2.2": (2, 2)}
+
+
+def _is_list(dtype: pa.DataType) -> bool:
+    return pa.types.is_list(dtype) or pa.types.is_large_list(dtype)
+
+
+def _extract(array: pa.Array, path: list[tuple[int, pa.DataType]]) -> tuple[list[NodeData], pa.Array]:
+    """Validity/offsets of every node on ``path`` (outermost first) and the leaf's values."""
+    nodes: list[NodeData] = []
+    for depth, (child_index, dtype) in enumerate(path):
+        valid = None
+        if array.null_count:
+            valid = np.asarray(array.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        if depth == len(path) - 1:
+            nodes.append(NodeData(ITEM, len(array), valid))
+            break
+        next_index = path[depth + 1][0]
+        if _is_list(dtype):
+            offsets = np.asarray(array.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
+            start = int(offsets[0])
+            nodes.append(NodeData(LIST, len(array), valid, offsets - start))
+            array = array.values.slice(start, int(offsets[-1]) - start)
+        elif pa.types.is_struct(dtype):
+            nodes.append(NodeData(ITEM, len(array), valid))
+            array = array.field(next_index)
+        else:
+            raise UnsupportedFeatureError(f"nested type {dtype} cannot be written to a 2.1+ data file")
+    return nodes, array
+
+
+def _merge(pieces: list[tuple[list[NodeData], pa.Array]]) -> tuple[list[NodeData], pa.Array]:
+    """Concatenate the node data and leaf values of several row runs."""
+    if len(pieces) == 1:
+        return pieces[0]
+    merged = []
+    for depth, first in enumerate(pieces[0][0]):
+        parts = [p[0][depth] for p in pieces]
+        valid = None
+        if any(p.valid is not None for p in parts):
+            valid = np.concatenate([np.ones(p.length, bool) if p.valid is None else p.valid for p in parts])
+        offsets = None
+        if first.kind == LIST:
+            base = encode21.exclusive_cumsum(np.array([p.offsets[-1] for p in parts]))
+            offsets = np.concatenate([p.offsets[:-1] + b for p, b in zip(parts, base[:-1])] + [base[-1:]])
+        merged.append(NodeData(first.kind, sum(p.length for p in parts), valid, offsets))
+    leaves = [p[1] for p in pieces]
+    leaf = pa.concat_arrays(leaves) if not pa.types.is_dictionary(leaves[0].type) else \
+        pa.chunked_array(leaves).unify_dictionaries().combine_chunks()
+    return merged, leaf
+
+
+class _LeafColumn:
+    """Pending row runs and written pages of one 2.1+ leaf column."""
+
+    def __init__(self, field_id: int, path: list[tuple[int, pa.DataType]], writer: LanceFileWriter) -> None:
+        self.field_id = field_id
+        self.path = path
+        self.pages: list[file2_pb2.ColumnMetadata.Page] = []
+        self.pending: list[tuple[list[NodeData], pa.Array]] = []
+        self.pending_rows = 0
+        self.pending_bytes = 0
+        self._writer = writer
+
+    def append(self, array: pa.Array) -> None:
+        limit = self._writer.max_page_bytes
+        while len(array):
+            nodes, leaf = _extract(array, self.path)
+            size = leaf.nbytes + 4 * len(leaf) + 8
+            if self.pending_bytes + size <= limit or len(array) == 1:
+                self.pending.append((nodes, leaf))
+                self.pending_rows += len(array)
+                self.pending_bytes += size
+                if self.pending_bytes >= limit:
+                    self.flush()
+                return
+            take = int(len(array) * max(limit - self.pending_bytes, 0) / size)
+            if take == 0 and not self.pending:
+                take = 1
+            if take:
+                self.append(array.slice(0, take))
+            if self.pending:
+                self.flush()
+            array = array.slice(take)
+
+    def flush(self, *, final: bool = False) -> None:
+        if not self.pending and not (final and not self.pages and self._writer.num_rows):
+            return
+        if self.pending:
+            nodes, leaf = _merge(self.pending)
+            page = encode21.encode_page(nodes, leaf, self.pending_rows, self._writer.version)
+            self.pages.append(self._writer._write_page(page, PAGE_LAYOUT_URL))
+        self.pending, self.pending_rows, self.pending_bytes = [], 0, 0
 
 
 class _Column:
@@ -109,22 +215,48 @@ class _Column:
 
 
 class LanceFileWriter:
-    """Writes one Lance data file (format 2.0, footer version 0.3) to ``sink``."""
+    """Writes one Lance data file (format 2.0 with footer version 0.3, or 2.1 / 2.2) to ``sink``."""
 
-    def __init__(self, sink: BinaryIO, schema: LanceSchema, *, max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES) -> None:
+    def __init__(self, sink: BinaryIO, schema: LanceSchema, *, max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES,
+                 version: str = "2.0") -> None:
         """Prepare a file for ``schema``; raises ``UnsupportedFeatureError`` for unwritable types."""
         if max_page_bytes <= 0:
             raise InvalidInputError(f"max_page_bytes must be positive, got {max_page_bytes}")
+        if version not in FILE_VERSIONS:
+            raise InvalidInputError(f"data file version must be one of {sorted(FILE_VERSIONS)}, not {version!r}")
         self.max_page_bytes = max_page_bytes
         self.schema = schema
+        self._version_name = version
+        self.version = FILE_VERSIONS[version]
         self._arrow_schema = schema.to_arrow()
         self._sink = sink
         self._position = 0
         self._num_rows = 0
         self._finished = False
         self._failed = False
-        self._columns: list[_Column] = []
-        self._top = [self._build(schema, f, f.name) for f in schema.top_level()]
+        self._columns: list = []
+        if version == "2.0":
+            self._top = [self._build(schema, f, f.name) for f in schema.top_level()]
+        else:
+            self._top = [self._build_leaves(schema, f, [(0, schema.arrow_field(f.id).type)]) for f in
+                         schema.top_level()]
+
+    def _build_leaves(self, schema: LanceSchema, field: file_pb2.Field, path: list) -> list[_LeafColumn]:
+        """The leaf columns below ``field`` (pre-order), each with its path from the top-level field."""
+        dtype = path[-1][1]
+        children = schema.children(field.id)
+        if not children:
+            encode21.check_writable(dtype, field.name)
+            column = _LeafColumn(field.id, path, self)
+            self._columns.append(column)
+            return [column]
+        if pa.types.is_fixed_size_list(dtype):
+            raise UnsupportedFeatureError(f"field {field.name!r}: fixed-size lists of structs in 2.1+ files")
+        out = []
+        for index, child in enumerate(children):
+            child_type = dtype.value_type if _is_list(dtype) else dtype.field(index).type
+            out += self._build_leaves(schema, child, [*path, (index, child_type)])
+        return out
 
     def _build(self, schema: LanceSchema, field: file_pb2.Field, path: str) -> _Column:
         column = _Column(path, schema.arrow_field(field.id).type, self)
@@ -146,13 +278,20 @@ class LanceFileWriter:
 
     @property
     def field_ids(self) -> list[int]:
-        """``DataFile.fields``: every field id in pre-order, parents included."""
-        return self.schema.field_ids()
+        """``DataFile.fields``: 2.0: every field id in pre-order, parents included; 2.1+: the leaves."""
+        if self._version_name == "2.0":
+            return self.schema.field_ids()
+        return [column.field_id for column in self._columns]
 
     @property
     def column_indices(self) -> list[int]:
-        """``DataFile.column_indices``: ``0 .. n-1``, one column per field."""
+        """``DataFile.column_indices``: ``0 .. n-1``, one column per entry of ``field_ids``."""
         return list(range(len(self._columns)))
+
+    @property
+    def file_version(self) -> tuple[int, int]:
+        """``DataFile`` (major, minor) of this file."""
+        return DATA_FILE_VERSIONS[self._version_name]
 
     def write_batch(self, batch: pa.RecordBatch | pa.Table) -> None:
         """Append rows; the data is aligned to the schema (see module docstring)."""
@@ -164,7 +303,11 @@ class LanceFileWriter:
         try:
             for column, data in zip(self._top, batch.columns):
                 for chunk in data.chunks if isinstance(data, pa.ChunkedArray) else [data]:
-                    column.append(chunk)
+                    if isinstance(column, list):
+                        for leaf in column:
+                            leaf.append(chunk)
+                    else:
+                        column.append(chunk)
         except BaseException:
             self._failed = True  # some columns took rows of this batch: the file cannot be finished
             raise
@@ -195,7 +338,7 @@ class LanceFileWriter:
         gbo_table_start = self._position
         self._write(b"".join(TABLE_ENTRY.pack(*entry) for entry in global_buffers))
         footer = Footer(column_meta_start, cmo_table_start, gbo_table_start, len(global_buffers),
-                        len(self._columns), *WRITE_VERSION)
+                        len(self._columns), *self.version)
         self._write(footer.pack())
         return self._position
 
@@ -215,12 +358,13 @@ class LanceFileWriter:
             self._write(segment)
         return start, self._position - start
 
-    def _write_page(self, page: encode.EncodedPage) -> file2_pb2.ColumnMetadata.Page:
+    def _write_page(self, page, url: str = ARRAY_ENCODING_URL) -> file2_pb2.ColumnMetadata.Page:
         positions = [self._write_buffer(segments) for segments in page.buffers]
+        message = page.encoding if url == ARRAY_ENCODING_URL else page.layout
         return file2_pb2.ColumnMetadata.Page(
             buffer_offsets=[p for p, _ in positions],
             buffer_sizes=[s for _, s in positions],
             length=page.length,
-            encoding=wrap_any(page.encoding, ARRAY_ENCODING_URL),
+            encoding=wrap_any(message, url),
             priority=0,
         )

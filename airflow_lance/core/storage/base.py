@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import abc
+import builtins
 import contextlib
 import dataclasses
 from collections.abc import Iterator
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    from airflow_lance.core.storage.external import ExternalManifestStore
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,6 +36,11 @@ class ObjectStore(abc.ABC):
     uri: str
     #: Whether commits refresh ``_versions/latest_version_hint.json`` (Lance does on local disk).
     writes_version_hint: bool = False
+    #: Whether listings come back in lexical order page by page (S3, GCS, Azure): the first
+    #: V2-named manifest of ``_versions/`` is then the latest version, found without listing all.
+    lexically_ordered: bool = False
+    #: Where commits are decided when the store itself cannot (``s3+ddb://``), else None.
+    external_manifests: ExternalManifestStore | None = None
 
     @abc.abstractmethod
     def read(self, path: str) -> bytes:
@@ -70,10 +79,25 @@ class ObjectStore(abc.ABC):
     def delete(self, path: str) -> None:
         """Remove an object; a missing object is not an error."""
 
-    def list_names(self, prefix: str) -> list[str]:
+    def list_names(self, prefix: str) -> builtins.list[str]:
         """Names of the objects directly inside directory ``prefix``."""
         base = prefix.rstrip("/") + "/"
         return [info.path[len(base):] for info in self.list(prefix) if "/" not in info.path[len(base):]]
+
+    def iter_sorted_names(self, prefix: str) -> Iterator[str]:
+        """Names directly inside directory ``prefix`` in lexical order.
+
+        Stores with ordered, paginated listings yield page by page, so a
+        caller that stops early does not list the whole directory.
+        """
+        yield from sorted(self.list_names(prefix))
+
+    def copy(self, source: str, target: str) -> None:
+        """Copy an object (server-side where the store can); FileNotFoundError if ``source`` is missing."""
+        self.write(target, self.read(source))
+
+    def ensure_committable(self) -> None:  # noqa: B027 (a hook: most stores can always commit)
+        """Raise UnsupportedFeatureError if commits to this store could not be made atomic."""
 
     def write_hint(self, path: str, data: bytes) -> None:
         """Write an advisory file (the version hint); atomicity not required."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import errno
 import os
@@ -162,10 +163,11 @@ class LocalStore(ObjectStore):
                 found.append(FileInfo(os.path.relpath(entry.path, self.root), stat.st_size, stat.st_mtime))
         return found
 
-    def list_names(self, prefix: str) -> list[str]:
-        """Names directly inside directory ``prefix`` (cheap: no stat calls)."""
+    def list_names(self, prefix: str) -> builtins.list[str]:
+        """Names of the files directly inside directory ``prefix`` (cheap: no stat calls)."""
         try:
-            return os.listdir(self._abs(prefix))
+            with os.scandir(self._abs(prefix)) as entries:
+                return [entry.name for entry in entries if not entry.is_dir(follow_symlinks=False)]
         except FileNotFoundError:
             return []
         except OSError as exc:

@@ -78,8 +78,8 @@ def test_bad_magic(good_file):
         _open_and_read(good_file[:-4] + b"LANX")
 
 
-@pytest.mark.parametrize("version,error", [((2, 1), UnsupportedFeatureError), ((0, 2), UnsupportedFeatureError),
-                                           ((2, 0), None)])
+@pytest.mark.parametrize("version,error", [((2, 3), UnsupportedFeatureError), ((1, 0), UnsupportedFeatureError),
+                                           ((2, 1), EXPECTED), ((0, 2), CorruptFileError), ((2, 0), None)])
 def test_versions(good_file, version, error):
     data = good_file[:-8] + struct.pack("<HH", *version) + b"LANC"
     if error is None:

@@ -1,0 +1,1 @@
+"""Airflow assets for Lance datasets (see :mod:`airflow_lance.assets.lance`)."""

@@ -1,0 +1,88 @@
+"""Lance datasets as Airflow assets: the ``lance+<store>://`` URI form.
+
+The asset of the dataset at ``s3://bucket/path/ds.lance`` is
+``lance+s3://bucket/path/ds.lance``; a local dataset ``/data/ds.lance`` (or
+``file:///data/ds.lance``) is ``lance+file:///data/ds.lance``. The ``lance+``
+prefix keeps Lance datasets apart from the plain files other providers own
+(Airflow has one URI handler per scheme), and dropping it gives back the storage URI
+(:func:`to_dataset_uri`). Storage query strings are kept (``s3+ddb://...?ddbTableName=T``).
+
+Producers set the committed version in the asset event's extra
+(``{"version": ..., "read_version": ..., "num_rows": ...}``) so consumers can pin
+``dataset(uri, version=extra["version"])``.
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.parse
+from typing import TYPE_CHECKING, Any
+from urllib.parse import SplitResult, urlsplit, urlunsplit
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from airflow.providers.common.compat.sdk import Asset
+
+PREFIX = "lance+"
+#: Storage schemes Lance datasets live on; each gets a registered ``lance+<scheme>`` asset scheme.
+STORAGE_SCHEMES = ("file", "s3", "s3a", "s3+ddb", "gs", "gcs", "az", "abfs", "abfss", "memory")
+ASSET_SCHEMES = tuple(PREFIX + scheme for scheme in STORAGE_SCHEMES)
+_BUCKETED = frozenset(STORAGE_SCHEMES) - {"file", "memory"}
+
+# urlunsplit() drops an empty "//" authority unless the scheme is listed here, which would turn
+# lance+file:///data/ds.lance into lance+file:/data/ds.lance when Airflow normalizes the URI.
+for _scheme in ASSET_SCHEMES:
+    if _scheme not in urllib.parse.uses_netloc:
+        urllib.parse.uses_netloc.append(_scheme)
+
+
+def to_asset_uri(dataset_uri: str | os.PathLike[str]) -> str:
+    """The asset URI of a dataset URI or local path (an asset URI is returned unchanged)."""
+    text = os.fspath(dataset_uri).strip()
+    if not text:
+        raise ValueError("dataset URI is empty")
+    if text.lower().startswith(PREFIX):
+        return text
+    scheme = urlsplit(text).scheme
+    if not scheme or len(scheme) == 1:  # a plain (possibly Windows) path
+        return f"{PREFIX}file://{os.path.abspath(text)}"
+    return PREFIX + text
+
+
+def to_dataset_uri(asset_uri: str) -> str:
+    """The storage URI of a ``lance+`` asset URI (``file://`` URIs become plain paths)."""
+    if not asset_uri.lower().startswith(PREFIX):
+        raise ValueError(f"not a Lance asset URI (expected {PREFIX}<scheme>://...): {asset_uri!r}")
+    uri = asset_uri[len(PREFIX):]
+    parts = urlsplit(uri)
+    return parts.path if parts.scheme == "file" and not parts.netloc else uri
+
+
+def sanitize_uri(uri: SplitResult) -> SplitResult:
+    """Airflow's URI handler for the ``lance+*`` schemes: reject URIs that name no dataset."""
+    storage = uri.scheme[len(PREFIX):]
+    if storage in _BUCKETED and not uri.netloc:
+        raise ValueError(f"a {uri.scheme}:// asset URI needs a bucket or container: {urlunsplit(uri)!r}")
+    if storage == "file" and (uri.netloc or not uri.path.startswith("/") or uri.path == "/"):
+        raise ValueError(f"a lance+file asset URI needs an absolute dataset path: {urlunsplit(uri)!r}")
+    return uri
+
+
+def create_asset(
+    *,
+    uri: str | os.PathLike[str],
+    name: str | None = None,
+    group: str = "lance",
+    extra: dict[str, Any] | None = None,
+    watchers: Sequence[Any] = (),
+) -> Asset:
+    """An Airflow ``Asset`` for the Lance dataset at ``uri`` (a storage URI, local path or asset URI)."""
+    from airflow.providers.common.compat.sdk import Asset
+
+    kwargs: dict[str, Any] = {"uri": to_asset_uri(uri), "group": group, "extra": extra or {}}
+    if name is not None:
+        kwargs["name"] = name
+    if watchers:
+        kwargs["watchers"] = list(watchers)
+    return Asset(**kwargs)

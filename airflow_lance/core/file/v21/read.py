@@ -1,0 +1,258 @@
+"""Assembling Arrow fields from the leaf columns of a 2.1+ data file.
+
+In 2.1+ files only leaves have columns (a packed struct is a leaf, and so is a
+fixed-size list of primitives); structs and lists exist only as rep/def
+layers of their leaves. For a field, every leaf column below it is decoded
+page by page into :class:`~airflow_lance.core.file.v21.structure.Level` data
+for each node on its path plus the leaf values; pages are concatenated, and
+the tree is rebuilt top-down: a struct's validity and a list's offsets come
+from the first leaf below it (all leaves below a node carry the same
+information), the children from their own leaves. A field with no column
+reads as nulls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+
+from airflow_lance.core._proto import file_pb2
+from airflow_lance.core.errors import UnsupportedFeatureError
+from airflow_lance.core.file.v21 import pages as page_codec
+from airflow_lance.core.file.v21.blocks import Fixed, Variable, bitmap, take, to_arrow
+from airflow_lance.core.file.v21.structure import ITEM, LIST, Level, check_layers, unravel
+from airflow_lance.core.file.v21.util import Ctx, exclusive_cumsum, take_ranges
+from airflow_lance.core.schema import LanceSchema
+
+if TYPE_CHECKING:
+    from airflow_lance.core.file.reader import LanceFileReader
+
+_INT32_MAX = 2**31 - 1
+
+
+@dataclass
+class _Column:
+    """A decoded leaf column: levels per path node (outermost first) and leaf arrays."""
+
+    levels: list[Level]
+    leaves: list[pa.Array]
+
+
+def _is_list(dtype: pa.DataType) -> bool:
+    return pa.types.is_list(dtype) or pa.types.is_large_list(dtype)
+
+
+class Assembler21:
+    """Builds Arrow arrays for fields from their leaf columns' pages."""
+
+    def __init__(
+        self,
+        reader: LanceFileReader,
+        schema: LanceSchema,
+        mapping: dict[int, int],
+        buffers: dict[tuple[int, int], list[pa.Buffer]],
+    ) -> None:
+        self.reader = reader
+        self.schema = schema
+        self.mapping = mapping
+        self.buffers = buffers
+
+    # ------------------------------------------------------------------ public
+
+    def field_chunks(self, field: file_pb2.Field, dtype: pa.DataType, rows: int) -> list[pa.Array]:
+        """The values of a top-level field (``rows`` of them) as chunks."""
+        extension = field.metadata.get("ARROW:extension:name")
+        if extension is not None:
+            raise UnsupportedFeatureError(
+                f"{self.reader.path}: field {field.name!r} has extension type {extension.decode(errors='replace')!r} "
+                "(e.g. pylance's blob v2 columns) which is not supported")
+        column = self.mapping.get(field.id)
+        if column is not None and not self.schema.children(field.id):
+            decoded = self._decode_column(column, field, [(field, dtype)], rows)
+            return decoded.leaves
+        leaves: dict[int, _Column] = {}
+        self._decode_leaves(field, dtype, [], leaves, rows)
+        if not leaves:
+            return [pa.nulls(rows, dtype)]
+        array = self._build(field, dtype, 0, leaves)
+        if len(array) != rows:
+            raise self._ctx(field).corrupt(f"field has {len(array)} rows, expected {rows}")
+        return [array]
+
+    # ------------------------------------------------------------------ decoding leaves
+
+    def _ctx(self, field: file_pb2.Field, column: int | None = None, page: int | None = None) -> Ctx:
+        where = f"field {field.name!r}"
+        if column is not None:
+            where = f"column {column} ({field.name!r})" + (f" page {page}" if page is not None else "")
+        return Ctx(self.reader.path, where)
+
+    def _decode_leaves(self, field, dtype, path, out, rows) -> None:
+        path = [*path, (field, dtype)]
+        column = self.mapping.get(field.id)
+        children = self.schema.children(field.id)
+        if column is not None:
+            out[field.id] = self._decode_column(column, field, path, rows)
+            return
+        for index, child in enumerate(children):
+            child_type = dtype.value_type if (_is_list(dtype) or pa.types.is_fixed_size_list(dtype)) \
+                else dtype.field(index).type
+            self._decode_leaves(child, child_type, path, out, rows)
+
+    def _decode_column(self, column: int, leaf: file_pb2.Field, path: list, rows: int) -> _Column:
+        kinds = [LIST if _is_list(dtype) else ITEM for _, dtype in path]
+        metadata = self.reader.column_metadata(column)
+        leaf_type = path[-1][1]
+        # a fixed-size list of structs multiplies its column's entries (pages count entries then)
+        entries_per_row = 1
+        for _, dtype in path[:-1]:
+            if _is_list(dtype):
+                entries_per_row = None
+                break
+            if pa.types.is_fixed_size_list(dtype):
+                entries_per_row *= dtype.list_size
+        stored = sum(page.length for page in metadata.pages)
+        if entries_per_row is not None and stored != rows * entries_per_row:
+            raise self._ctx(leaf, column).corrupt(f"pages hold {stored} rows, the file has {rows}")
+        per_page_levels: list[list[Level]] = []
+        leaves: list[pa.Array] = []
+        for number, page in enumerate(metadata.pages):
+            ctx = self._ctx(leaf, column, number)
+            layout = page_codec.parse_layout(ctx, page.encoding)
+            data = page_codec.decode_page(ctx, layout, self.buffers[(column, number)], page.length)
+            check_layers(ctx, data.layers, kinds)
+            structure = unravel(ctx, data.rep, data.defs, data.layers, data.entries)
+            top = structure.levels[0].length
+            expected = page.length
+            if top != expected:
+                raise ctx.corrupt(f"page has {top} rows, its metadata says {expected}")
+            leaves.append(self._leaf_array(ctx, data, structure.leaf_count, structure.leaf_valid, leaf_type))
+            per_page_levels.append(structure.levels)
+        levels = _concat_levels(per_page_levels, len(path)) if per_page_levels else [
+            Level(0, None, np.zeros(1, np.int64) if kind == LIST else None) for kind in kinds]
+        return _Column(levels, leaves)
+
+    def _leaf_array(self, ctx: Ctx, data: page_codec.PageData, count: int, valid, dtype: pa.DataType) -> pa.Array:
+        if data.blobs is not None:
+            return self._blob_array(ctx, data.blobs, valid, dtype)
+        if pa.types.is_struct(dtype) and dtype.num_fields == 0:
+            return pa.Array.from_buffers(dtype, count, [bitmap(valid)], children=[])
+        if data.scalar is not None or (data.values is None and data.dictionary is None):
+            if data.scalar is None or (valid is not None and not valid.any()):
+                return pa.nulls(count, dtype)
+            value = _scalar_for(ctx, data.scalar, dtype)
+            return to_arrow(take(value, np.zeros(count, dtype=np.int64), ctx), dtype, valid, ctx)
+        values = data.values
+        if values.n != count:
+            raise ctx.corrupt(f"{values.n} values for {count} visible entries")
+        if data.dictionary is None:
+            return to_arrow(values, dtype, valid, ctx)
+        if not isinstance(values, Fixed) or values.bits not in (8, 16, 32, 64):
+            raise ctx.corrupt("dictionary indices are not integers")
+        indices = values.data[: count * values.bits // 8].view(f"<u{values.bits // 8}").astype(np.int64)
+        if valid is not None:
+            indices = np.where(valid, indices, 0)
+        if pa.types.is_dictionary(dtype):
+            items = to_arrow(data.dictionary, dtype.value_type, None, ctx)
+            if count and (int(indices.max()) >= len(items)):
+                raise ctx.corrupt(f"dictionary index out of range ({len(items)} items)")
+            index_array = pa.Array.from_buffers(dtype.index_type, count, [
+                bitmap(valid), pa.py_buffer(indices.astype(dtype.index_type.to_pandas_dtype()))])
+            return pa.DictionaryArray.from_arrays(index_array, items)
+        return to_arrow(take(data.dictionary, indices, ctx), dtype, valid, ctx)
+
+    def _blob_array(self, ctx: Ctx, blobs, valid, dtype: pa.DataType) -> pa.Array:
+        """Fetch blob bytes (stored elsewhere in the file) with one read when they are close together."""
+        position, size = blobs
+        if dtype not in (pa.large_binary(), pa.binary(), pa.large_string(), pa.string()):
+            raise ctx.corrupt(f"blob page for a {dtype} column")
+        present = np.flatnonzero(size > 0)
+        data = np.zeros(0, dtype=np.uint8)
+        starts = np.zeros(len(size), dtype=np.int64)
+        if len(present):
+            low, high = int(position[present].min()), int((position[present] + size[present]).max())
+            ctx.check(high <= self.reader.file_size, "blob outside the file")
+            if high - low <= 2 * int(size.sum()) + (1 << 20):
+                data = np.frombuffer(self.reader._read_range(low, high - low), dtype=np.uint8)
+                starts[present] = position[present] - low
+            else:  # scattered blobs: one read each
+                pieces = [np.frombuffer(self.reader._read_range(int(p), int(n)), dtype=np.uint8)
+                          for p, n in zip(position[present].tolist(), size[present].tolist())]
+                data = np.concatenate(pieces)
+                starts[present] = exclusive_cumsum(size[present])[:-1]
+        values = take_ranges(data, starts, size)
+        block = Variable(exclusive_cumsum(size), values, len(size))
+        return to_arrow(block, dtype, valid, ctx)
+
+    # ------------------------------------------------------------------ rebuilding the tree
+
+    def _build(self, field: file_pb2.Field, dtype: pa.DataType, depth: int, leaves: dict[int, _Column]) -> pa.Array:
+        own = leaves.get(field.id)
+        if own is not None:
+            return own.leaves[0] if len(own.leaves) == 1 else pa.concat_arrays(own.leaves)
+        below = [leaves[i] for i in self.schema.subtree_ids(field.id) if i in leaves]
+        level = below[0].levels[depth]
+        ctx = self._ctx(field)
+        for other in below[1:]:
+            if other.levels[depth].length != level.length:
+                raise ctx.corrupt("leaf columns disagree on the number of values")
+        children = self.schema.children(field.id)
+        if pa.types.is_struct(dtype):
+            arrays = [self._child(child, dtype.field(i).type, depth + 1, leaves, level.length)
+                      for i, child in enumerate(children)]
+            return pa.Array.from_buffers(dtype, level.length, [bitmap(level.validity)], children=arrays)
+        if _is_list(dtype):
+            offsets = level.offsets
+            items = self._child(children[0], dtype.value_type, depth + 1, leaves, int(offsets[-1]))
+            large = pa.types.is_large_list(dtype)
+            if not large and offsets[-1] > _INT32_MAX:
+                raise ctx.corrupt("32-bit list offsets overflow")
+            buffer = pa.py_buffer(offsets.astype(np.int64 if large else np.int32))
+            return pa.Array.from_buffers(dtype, level.length, [bitmap(level.validity), buffer], children=[items])
+        if pa.types.is_fixed_size_list(dtype):
+            dim = dtype.list_size
+            if level.length % dim:
+                raise ctx.corrupt(f"{level.length} entries for fixed-size lists of {dim}")
+            items = self._child(children[0], dtype.value_type, depth + 1, leaves, level.length)
+            validity = None if level.validity is None else level.validity[::dim]
+            return pa.Array.from_buffers(dtype, level.length // dim, [bitmap(validity)], children=[items])
+        raise ctx.corrupt(f"no column for leaf field of type {dtype}")
+
+    def _child(self, field, dtype, depth, leaves, length) -> pa.Array:
+        if not any(i in leaves for i in self.schema.subtree_ids(field.id)):
+            return pa.nulls(length, dtype)
+        array = self._build(field, dtype, depth, leaves)
+        if len(array) != length:
+            raise self._ctx(field).corrupt(f"{len(array)} values, the parent expects {length}")
+        return array
+
+
+def _scalar_for(ctx: Ctx, scalar, dtype: pa.DataType):
+    """Adapt a stored scalar (inline bytes) to the leaf type (booleans are stored as a byte)."""
+    value_type = dtype.value_type if pa.types.is_dictionary(dtype) else dtype
+    if pa.types.is_boolean(value_type) and isinstance(scalar, Fixed) and scalar.bits == 8:
+        return Fixed(np.packbits(scalar.data[:1] != 0, bitorder="little"), 1, 1)
+    return scalar
+
+
+def _concat_levels(pages: list[list[Level]], depth: int) -> list[Level]:
+    """Concatenate the per-page levels of one column."""
+    if len(pages) == 1:
+        return pages[0]
+    out = []
+    for d in range(depth):
+        parts = [p[d] for p in pages]
+        length = sum(p.length for p in parts)
+        validity = None
+        if any(p.validity is not None for p in parts):
+            validity = np.concatenate([np.ones(p.length, bool) if p.validity is None else p.validity for p in parts])
+        offsets = None
+        if parts[0].offsets is not None:
+            shifts = exclusive_cumsum(np.array([p.offsets[-1] - p.offsets[0] for p in parts]))
+            offsets = np.concatenate([p.offsets[:-1] - p.offsets[0] + s for p, s in zip(parts, shifts[:-1])]
+                                     + [shifts[-1:]])
+        out.append(Level(length, validity, offsets))
+    return out

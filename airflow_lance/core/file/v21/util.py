@@ -1,0 +1,172 @@
+"""Byte-level helpers shared by the 2.1+ codec: error context, range gathers, codecs.
+
+Everything here is vectorised over numpy arrays; ``take_ranges`` copies many
+``(start, length)`` ranges of one buffer into a new contiguous array with a
+single C-level call (pyarrow's list-view flatten for long ranges, one numpy
+fancy index for short ones), so callers never loop over chunks or values.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from airflow_lance.core._proto import encodings_v2_1_pb2 as pb
+from airflow_lance.core.errors import CorruptFileError, UnsupportedFeatureError
+
+#: Ranges at least this long on average are gathered with pyarrow (memcpy speed).
+_LONG_RANGE = 48
+_EMPTY_U8 = np.zeros(0, dtype=np.uint8)
+
+
+@dataclass(frozen=True)
+class Ctx:
+    """Where we are (file, column, page) for error messages."""
+
+    path: str
+    where: str
+
+    def corrupt(self, reason: str) -> CorruptFileError:
+        """A ``CorruptFileError`` naming the file and the page."""
+        return CorruptFileError(self.path, f"{self.where}: {reason}")
+
+    def unsupported(self, what: str) -> UnsupportedFeatureError:
+        """An ``UnsupportedFeatureError`` naming the file and the page."""
+        return UnsupportedFeatureError(f"{self.path}: {self.where}: {what} is not supported")
+
+    def check(self, condition: bool, reason: str) -> None:
+        """Raise ``corrupt(reason)`` unless ``condition``."""
+        if not condition:
+            raise self.corrupt(reason)
+
+
+def as_u8(buffer: pa.Buffer | bytes | np.ndarray) -> np.ndarray:
+    """A read-only uint8 view of a buffer (no copy)."""
+    if isinstance(buffer, np.ndarray):
+        return buffer.view(np.uint8) if buffer.dtype != np.uint8 else buffer
+    if len(buffer) == 0:
+        return _EMPTY_U8
+    return np.frombuffer(buffer, dtype=np.uint8)
+
+
+def exclusive_cumsum(values: np.ndarray) -> np.ndarray:
+    """``[0, v0, v0+v1, ...]`` (length ``len(values) + 1``, int64)."""
+    out = np.zeros(len(values) + 1, dtype=np.int64)
+    np.cumsum(values, out=out[1:])
+    return out
+
+
+def take_ranges(source: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Concatenate ``source[s:s+l]`` for every (s, l), vectorised; ranges must be in bounds."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    starts = np.asarray(starts, dtype=np.int64)
+    total = int(lengths.sum()) if len(lengths) else 0
+    if total == 0:
+        return source[:0].copy()
+    if len(starts) == 1:
+        return source[int(starts[0]): int(starts[0]) + total].copy()
+    if total >= _LONG_RANGE * len(lengths):
+        values = pa.array(source) if source.dtype != np.uint8 or source.ndim != 1 else pa.array(source, pa.uint8())
+        view = pa.LargeListViewArray.from_arrays(pa.array(starts, pa.int64()), pa.array(lengths, pa.int64()), values)
+        return view.flatten().to_numpy(zero_copy_only=False)
+    index = np.repeat(starts - exclusive_cumsum(lengths)[:-1], lengths)
+    index += np.arange(total, dtype=np.int64)
+    return source[index]
+
+
+def check_ranges(ctx: Ctx, starts: np.ndarray, lengths: np.ndarray, size: int, what: str) -> None:
+    """Every range lies within ``[0, size)``."""
+    if len(starts) and (
+        int(np.min(lengths)) < 0 or int(np.min(starts)) < 0 or int(np.max(starts + lengths)) > size
+    ):
+        raise ctx.corrupt(f"{what} extend beyond their buffer ({size} bytes)")
+
+
+def fixed_dtype(bits: int) -> np.dtype:
+    """Unsigned little-endian numpy type of a 8/16/32/64-bit width."""
+    return np.dtype(f"<u{bits // 8}")
+
+
+# ----------------------------------------------------------------------------- general compression
+
+_U64 = struct.Struct("<Q")
+_U32 = struct.Struct("<I")
+_ZSTD_MAGIC = 0xFD2FB528
+#: Refuse to inflate a single buffer beyond this (a corrupt size prefix could ask for petabytes).
+MAX_DECOMPRESSED = 1 << 34
+
+
+def _zstd_frame_size(data: bytes | memoryview) -> int | None:
+    """Decompressed size recorded in a zstd frame header, if any."""
+    if len(data) < 6:
+        return None
+    descriptor = data[4]
+    fcs_flag = descriptor >> 6
+    single_segment = (descriptor >> 5) & 1
+    dict_id_flag = descriptor & 3
+    position = 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[dict_id_flag]
+    width = (1 if single_segment else 0, 2, 4, 8)[fcs_flag]
+    if width == 0 or len(data) < position + width:
+        return None
+    size = int.from_bytes(bytes(data[position: position + width]), "little")
+    return size + 256 if width == 2 else size
+
+
+_CODECS: dict[str, pa.Codec] = {}
+
+
+def _codec(name: str) -> pa.Codec:
+    codec = _CODECS.get(name)
+    if codec is None:
+        codec = _CODECS[name] = pa.Codec(name)
+    return codec
+
+
+def decompress(ctx: Ctx, scheme: int, data: bytes | memoryview | pa.Buffer) -> pa.Buffer:
+    """Undo Lance's general compression of one buffer (pyarrow codecs).
+
+    zstd: ``u64`` decompressed size then a zstd frame (or a bare frame whose
+    header records its size); lz4: ``u32`` size then one raw lz4 block.
+    """
+    raw = memoryview(data) if not isinstance(data, memoryview) else data
+    if len(raw) == 0:
+        return pa.py_buffer(b"")
+    try:
+        if scheme == pb.COMPRESSION_ALGORITHM_ZSTD:
+            if len(raw) >= 8 and _U32.unpack_from(raw, 0)[0] == _ZSTD_MAGIC and not (raw[4] & 0x10):
+                size, body = _zstd_frame_size(raw), raw
+                if size is None:
+                    raise ctx.unsupported("zstd frame without a recorded size")
+            else:
+                ctx.check(len(raw) >= 8, "zstd buffer shorter than its size prefix")
+                size, body = _U64.unpack_from(raw, 0)[0], raw[8:]
+            codec = "zstd"
+        elif scheme == pb.COMPRESSION_ALGORITHM_LZ4:
+            ctx.check(len(raw) >= 4, "lz4 buffer shorter than its size prefix")
+            size, body, codec = _U32.unpack_from(raw, 0)[0], raw[4:], "lz4_raw"
+        else:
+            raise ctx.unsupported(f"general compression scheme {scheme}")
+        ratio = 255 if codec == "lz4_raw" else 40_000  # the formats' maximum expansion
+        ctx.check(size <= MAX_DECOMPRESSED and size <= ratio * len(body) + 1024,
+                  f"implausible decompressed size {size}")
+        if size == 0:
+            return pa.py_buffer(b"")
+        out = _codec(codec).decompress(body, decompressed_size=size)
+    except (OSError, MemoryError, ValueError, pa.ArrowException) as exc:
+        raise ctx.corrupt(f"cannot decompress buffer: {exc}") from exc
+    ctx.check(out.size == size, "decompressed buffer has the wrong size")
+    return out
+
+
+def compress_zstd(data: bytes | pa.Buffer, level: int = 3) -> bytes:
+    """Lance's zstd buffer format (u64 size prefix + frame)."""
+    body = pa.Codec("zstd", compression_level=level).compress(data, asbytes=True)
+    return _U64.pack(len(data)) + body
+
+
+def compress_lz4(data: bytes | pa.Buffer) -> bytes:
+    """Lance's lz4 buffer format (u32 size prefix + raw block)."""
+    return _U32.pack(len(data)) + pa.Codec("lz4_raw").compress(data, asbytes=True)

@@ -1,0 +1,704 @@
+"""Encoding pages of 2.1/2.2 data files (the simple, fast subset pylance reads).
+
+One leaf column page at a time: the writer hands over the Arrow data of a
+field path (validity and offsets of every struct/list node, the leaf values)
+for a run of whole rows; :func:`encode_page` turns it into rep/def levels
+(``structure.levels``) and picks a layout:
+
+==================  =======================================================
+data                layout written
+==================  =======================================================
+no valid leaf value constant layout (all null), rep/def as raw u16 buffers
+fixed width <= 256  mini-block; values ``flat`` (fixed-size lists:
+bytes, booleans     ``fixed_size_list`` of flat items, with an item validity
+                    buffer when items are null); levels out-of-line
+                    bit-packed; chunks of a power of two values
+strings/binary with mini-block, ``variable`` with 32-bit (64-bit for large
+short values        types) chunk-relative offsets
+dictionary arrays   mini-block with the page dictionary (``variable`` or
+                    ``flat`` block) and flat indices
+anything larger     full-zip: control word, u32 length + bytes or the fixed
+                    value per entry; byte-packed repetition index
+==================  =======================================================
+
+Chunks are built without per-chunk Python loops: all headers, level blocks
+and value slices of a page are gathered into one buffer with a single
+``take_ranges``. 2.1 limits chunk buffers to 16-bit sizes (chunks <= 32 KiB);
+2.2 (``has_large_chunk``) has 32-bit chunk metadata and buffer sizes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from airflow_lance.core._proto import encodings_v2_1_pb2 as pb
+from airflow_lance.core.errors import UnsupportedFeatureError
+from airflow_lance.core.file.v21 import bitpack
+from airflow_lance.core.file.v21.structure import LIST, NodeData, _visibility_table, layers_for, levels
+from airflow_lance.core.file.v21.util import exclusive_cumsum, take_ranges
+
+#: Values larger than this (bytes per value, on average) go to full-zip pages, as in pylance.
+FULL_ZIP_THRESHOLD = 256
+#: Target bytes of values per mini-block chunk (2.1 / 2.2) and the value cap per chunk.
+CHUNK_BYTES = {(2, 1): 4096, (2, 2): 32768}
+MAX_CHUNK_VALUES = 4096
+_MAX_CHUNK_TOTAL = {(2, 1): 32 * 1024, (2, 2): 1 << 30}
+_MAX_LEVELS = 65535
+_PAD = 0xFE
+_LARGE = (pa.large_string(), pa.large_binary())
+
+
+@dataclass
+class EncodedPage:
+    """A page ready to be written: rows, layout and buffers (each a list of segments)."""
+
+    length: int
+    layout: pb.PageLayout
+    buffers: list[list[pa.Buffer]] = field(default_factory=list)
+
+
+# ----------------------------------------------------------------------------- leaf values
+
+
+@dataclass
+class _Leaf:
+    """Leaf values of the visible entries, in the form the layouts need."""
+
+    kind: str                       # "fixed" | "bool" | "variable" | "fsl" | "dict" | "null"
+    n: int
+    bits: int = 0                   # fixed: bits per value (fsl: item bits)
+    data: np.ndarray | None = None  # fixed: bytes (bool: LSB bits); variable: bytes
+    offsets: np.ndarray | None = None
+    dim: int = 0
+    item_valid: np.ndarray | None = None
+    dims: list[int] = field(default_factory=list)          # fsl: items per value of each nested layer
+    layer_valid: list = field(default_factory=list)        # fsl: validity of each layer's items (or None)
+    dictionary: pa.Array | None = None
+    large: bool = False
+    packable: bool = False          # integer-like fixed values: bit-packing may pay off
+
+
+def _fixed_width(dtype: pa.DataType) -> int | None:
+    if pa.types.is_fixed_size_binary(dtype):
+        return dtype.byte_width
+    if pa.types.is_boolean(dtype):
+        return None
+    if pa.types.is_primitive(dtype) or pa.types.is_decimal(dtype):
+        return dtype.bit_width // 8
+    return None
+
+
+def _bool_bits(array: pa.Array) -> np.ndarray:
+    return np.asarray(array.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _leaf(values: pa.Array, slots: np.ndarray | None) -> _Leaf:
+    """Leaf values at ``slots`` (None: all of ``values`` in order; -1: a null placeholder)."""
+    dtype = values.type
+    identity = slots is None
+    n = len(values) if identity else len(slots)
+    take = None if identity else np.where(slots >= 0, slots, 0)
+    if pa.types.is_null(dtype):
+        return _Leaf("null", n)
+    if pa.types.is_dictionary(dtype):
+        indices = values.indices.fill_null(0)
+        index = np.asarray(indices.to_numpy(zero_copy_only=False)).astype(np.int64)
+        if take is not None:
+            index = index[take]
+        bits = dtype.index_type.bit_width
+        data = index.astype(f"<u{bits // 8}").view(np.uint8)
+        return _Leaf("dict", n, bits=bits, data=data, dictionary=values.dictionary, packable=True)
+    if pa.types.is_boolean(dtype):
+        bits = _bool_bits(values)
+        if take is not None:
+            bits = bits[take] & (slots >= 0)
+        return _Leaf("bool", n, bits=1, data=np.packbits(bits, bitorder="little"))
+    width = _fixed_width(dtype)
+    if width is not None:
+        raw = np.frombuffer(values.buffers()[1], dtype=np.uint8, count=(values.offset + len(values)) * width,
+                            ) if len(values) else np.zeros(0, np.uint8)
+        rows = raw[values.offset * width:].reshape(len(values), width) if width else raw.reshape(len(values), 0)
+        if take is not None:
+            rows = rows[take]
+            if (slots < 0).any():
+                rows = rows.copy()
+                rows[slots < 0] = 0
+        packable = (pa.types.is_integer(dtype) or pa.types.is_temporal(dtype)) and width in (1, 2, 4, 8)
+        return _Leaf("fixed", n, bits=width * 8, data=np.ascontiguousarray(rows).reshape(-1), packable=packable)
+    if pa.types.is_fixed_size_list(dtype):
+        dims, valids = [], []
+        current, current_type = values, dtype
+        while pa.types.is_fixed_size_list(current_type):
+            d = current_type.list_size
+            child = current.values.slice(current.offset * d, len(current) * d)
+            dims.append(d)
+            valids.append(np.asarray(child.is_valid().to_numpy(zero_copy_only=False)) if child.null_count else None)
+            current, current_type = child, current_type.value_type
+        dim = int(np.prod(dims))
+        cumulative = np.cumprod(dims)
+        if take is not None:
+            valids = [None if v is None else v.reshape(len(values), int(c))[take].reshape(-1)
+                      for v, c in zip(valids, cumulative)]
+        if pa.types.is_boolean(current_type):  # bit-packed items
+            bits = _bool_bits(current).reshape(len(values), dim)
+            if take is not None:
+                bits = bits[take]
+            data, item_bits = np.packbits(bits.reshape(-1), bitorder="little"), 1
+        else:
+            item_width = _fixed_width(current_type)
+            if item_width is None:
+                raise UnsupportedFeatureError(f"fixed-size lists of {current_type} in 2.1+ files")
+            rows = _leaf(current, None).data.reshape(len(values), dim * item_width)
+            if take is not None:
+                rows = rows[take]
+            data, item_bits = np.ascontiguousarray(rows).reshape(-1), item_width * 8
+        return _Leaf("fsl", n, bits=item_bits, data=data, dim=dim,
+                     item_valid=valids[0] if len(dims) == 1 else None, dims=dims, layer_valid=valids)
+    if dtype in (pa.string(), pa.binary(), *_LARGE):
+        large = dtype in _LARGE
+        width = 8 if large else 4
+        offsets = np.frombuffer(values.buffers()[1], dtype=f"<i{width}", count=len(values) + 1,
+                                offset=values.offset * width).astype(np.int64)
+        data_buffer = values.buffers()[2]
+        data = np.frombuffer(data_buffer, dtype=np.uint8) if data_buffer is not None and data_buffer.size \
+            else np.zeros(0, np.uint8)
+        if take is None:
+            base = int(offsets[0])
+            return _Leaf("variable", n, data=data[base: int(offsets[-1])], offsets=offsets - base, large=large)
+        lengths = (offsets[1:] - offsets[:-1])[take]
+        lengths[slots < 0] = 0
+        new_data = take_ranges(data, offsets[:-1][take], lengths)
+        return _Leaf("variable", n, data=new_data, offsets=exclusive_cumsum(lengths), large=large)
+    raise UnsupportedFeatureError(f"type {dtype} cannot be written to a 2.1+ data file")
+
+
+# ----------------------------------------------------------------------------- page encoding
+
+
+def encode_page(nodes: list[NodeData], values: pa.Array, rows: int, version: tuple[int, int]) -> EncodedPage:
+    """Encode one page of a leaf column (nodes outermost first, ``values`` the leaf's slots)."""
+    layers = layers_for(nodes)
+    rep, defs, slots = levels(nodes, layers)
+    if pa.types.is_struct(values.type) and values.type.num_fields == 0:
+        # pylance writes (and only reads) an empty struct leaf as a nullable item; without any
+        # levels it reads as valid
+        if layers[0] == pb.REPDEF_ALL_VALID_ITEM:
+            layers[0] = pb.REPDEF_NULLABLE_ITEM
+            rep, defs, slots = levels(nodes, layers)
+            if rep is None and defs is not None and not defs.any():
+                defs = None
+        return _constant_page(layers, rep, defs, rows)
+    if slots is None:
+        visible_mask = None
+        leaf = _leaf(values, None)
+    else:
+        if defs is not None:
+            visible_mask = _visibility_table(layers)[defs.astype(np.int64)] == 0
+            visible_slots = slots[visible_mask]
+        else:
+            visible_mask = None
+            visible_slots = slots
+        identity = len(visible_slots) == len(values) and (len(values) == 0 or (
+            int(visible_slots[0]) == 0 and bool(np.all(np.diff(visible_slots) == 1))))
+        leaf = _leaf(values, None if identity else visible_slots)
+    has_valid = defs is None or bool(np.any(defs == 0))
+    if leaf.kind == "null" or not has_valid or leaf.n == 0:
+        return _constant_page(layers, rep, defs, rows)
+    if leaf.kind == "variable":
+        leaf = _maybe_dictionary(leaf)
+    layout, buffers = _choose(layers, rep, defs, visible_mask, leaf, version)
+    return EncodedPage(rows, layout, buffers)
+
+
+#: Strings/binary are dictionary-encoded when at most this share of a page's values are distinct.
+DICTIONARY_RATIO = 0.5
+_DICTIONARY_SAMPLE = 4096
+
+
+def _maybe_dictionary(leaf: _Leaf) -> _Leaf:
+    """A dictionary leaf (page dictionary + u32 indices) for low-cardinality strings, else ``leaf``.
+
+    A sample of the first values decides cheaply whether hashing the whole
+    page is worth it (pylance uses a cardinality estimate with the same
+    threshold of half the values).
+    """
+    if leaf.n < 256:
+        return leaf
+    array = pa.LargeBinaryArray.from_buffers(pa.large_binary(), leaf.n, [None, pa.py_buffer(leaf.offsets),
+                                                                          pa.py_buffer(leaf.data)])
+    sample = array.slice(0, min(leaf.n, _DICTIONARY_SAMPLE))
+    if pc.count_distinct(sample).as_py() > DICTIONARY_RATIO * len(sample):
+        return leaf
+    encoded = pc.dictionary_encode(array)
+    if len(encoded.dictionary) > DICTIONARY_RATIO * leaf.n:
+        return leaf
+    indices = np.asarray(encoded.indices.to_numpy(zero_copy_only=False)).astype("<u4").view(np.uint8)
+    dictionary = encoded.dictionary if leaf.large else encoded.dictionary.cast(pa.binary())
+    return _Leaf("dict", leaf.n, bits=32, data=indices, dictionary=dictionary, packable=True)
+
+
+def _constant_page(layers, rep, defs, rows) -> EncodedPage:
+    layout = pb.PageLayout(constant_layout=pb.ConstantLayout(layers=layers))
+    buffers: list[list[pa.Buffer]] = []
+    simple_null = layers == [pb.REPDEF_NULLABLE_ITEM] and defs is not None and bool(np.all(defs == 1))
+    if (rep is not None or defs is not None) and not simple_null:
+        buffers = [[pa.py_buffer(rep)] if rep is not None else [],
+                   [pa.py_buffer(defs)] if defs is not None else []]
+    return EncodedPage(rows, layout, buffers)
+
+
+def _value_bytes(leaf: _Leaf) -> tuple[int, int]:
+    """(average, maximum) bytes per value."""
+    if leaf.kind == "variable":
+        lengths = np.diff(leaf.offsets)
+        return int(lengths.sum()) // max(leaf.n, 1), int(lengths.max()) if leaf.n else 0
+    if leaf.kind == "fsl":
+        width = leaf.dim * leaf.bits // 8
+        return width, width
+    if leaf.kind == "bool":
+        return 0, 0
+    return leaf.bits // 8, leaf.bits // 8
+
+
+def _choose(layers, rep, defs, visible_mask, leaf: _Leaf, version):
+    average, largest = _value_bytes(leaf)
+    bit_items = leaf.kind == "fsl" and leaf.bits == 1
+    if leaf.kind in ("bool", "dict") or bit_items or (
+            average <= FULL_ZIP_THRESHOLD and largest <= CHUNK_BYTES[version] * 4):
+        encoded = _mini_block(layers, rep, defs, visible_mask, leaf, version)
+        if encoded is not None:
+            return encoded
+    if leaf.kind in ("bool", "dict") or bit_items:
+        raise UnsupportedFeatureError("a row with more than 65535 nested entries of booleans/dictionary values")
+    return _full_zip(layers, rep, defs, visible_mask, leaf)
+
+
+# ----------------------------------------------------------------------------- mini-block
+
+
+def _chunk_counts(leaf: _Leaf, version) -> tuple[int, np.ndarray] | None:
+    """Values per chunk (a power of two, the same for every chunk but the last)."""
+    target = CHUNK_BYTES[version]
+    if leaf.kind in ("fixed", "fsl", "dict", "bool"):
+        per_value = max(leaf.bits * max(leaf.dim, 1) // 8, 1)
+        if leaf.kind == "fsl":
+            per_value += sum((int(c) + 7) // 8 for c, v in zip(np.cumprod(leaf.dims), leaf.layer_valid)
+                             if v is not None)
+        k = 8 if leaf.kind in ("bool", "fsl") else 1
+        while k * 2 <= MAX_CHUNK_VALUES and k * 2 * per_value <= target:
+            k *= 2
+        if (leaf.kind != "bool" and k * per_value > _MAX_CHUNK_TOTAL[version] // 2) or \
+                (version == (2, 1) and k * per_value > 65535):
+            return None
+    else:
+        width = 8 if leaf.large else 4
+        ends = leaf.offsets
+        k = MAX_CHUNK_VALUES
+        while True:
+            starts = np.arange(0, leaf.n, k)
+            stops = np.minimum(starts + k, leaf.n)
+            sizes = ends[stops] - ends[starts] + (stops - starts + 1) * width
+            if int(sizes.max()) <= target or k == 1:
+                break
+            k //= 2
+        if int(sizes.max()) > min(_MAX_CHUNK_TOTAL[version] // 2, 65535 if version == (2, 1) else 1 << 30):
+            return None
+    counts = np.full((leaf.n + k - 1) // k, k, dtype=np.int64)
+    counts[-1] = leaf.n - k * (len(counts) - 1)
+    return k, counts
+
+
+def _block_widths(leaf: _Leaf) -> np.ndarray:
+    """Bits needed by each block of 1024 values (the last block padded with zeros)."""
+    dtype = np.dtype(f"<u{leaf.bits // 8}")
+    values = leaf.data[: leaf.n * (leaf.bits // 8)].view(dtype)
+    blocks = -(-leaf.n // bitpack.BLOCK)
+    maxima = np.zeros(blocks, dtype=dtype)
+    full = leaf.n // bitpack.BLOCK
+    if full:
+        maxima[:full] = values[: full * bitpack.BLOCK].reshape(full, bitpack.BLOCK).max(axis=1)
+    if leaf.n % bitpack.BLOCK:
+        maxima[full] = values[full * bitpack.BLOCK:].max()
+    thresholds = (np.uint64(1) << np.arange(leaf.bits, dtype=np.uint64)).astype(dtype)
+    return np.searchsorted(thresholds, maxima, side="right").astype(np.int64)
+
+
+def _bitpacked_chunks(leaf: _Leaf, widths: np.ndarray, add):
+    """Inline bit-packing: one chunk per 1024 values, ``[width][FastLanes words]`` each."""
+    bits = leaf.bits
+    dtype = np.dtype(f"<u{bits // 8}")
+    blocks = len(widths)
+    padded = np.zeros(blocks * bitpack.BLOCK, dtype=dtype)
+    padded[: leaf.n] = leaf.data[: leaf.n * (bits // 8)].view(dtype)
+    matrix = padded.reshape(blocks, bitpack.BLOCK)
+    block_bytes = widths * (bitpack.BLOCK // 8)
+    packed_start = np.zeros(blocks, dtype=np.int64)
+    pieces = []
+    base = 0
+    for width in np.unique(widths).tolist():  # at most bits + 1 groups
+        sel = np.flatnonzero(widths == width)
+        packed = bitpack.pack(matrix[sel], width, bits).view(np.uint8).reshape(len(sel), -1)
+        pieces.append(packed.reshape(-1))
+        packed_start[sel] = base + np.arange(len(sel)) * packed.shape[1]
+        base += packed.size
+    words = widths.astype(dtype).view(np.uint8)
+    packed_all = np.concatenate([words, *pieces])
+    word = bits // 8
+    chunk = take_ranges(packed_all, np.stack([np.arange(blocks) * word, len(words) + packed_start], axis=1).reshape(-1),
+                        np.stack([np.full(blocks, word), block_bytes], axis=1).reshape(-1))
+    start = add(chunk)
+    sizes = word + block_bytes
+    encoding = pb.CompressiveEncoding(inline_bitpacking=pb.InlineBitpacking(uncompressed_bits_per_value=bits))
+    return encoding, [(start + exclusive_cumsum(sizes)[:-1], sizes)]
+
+
+def _mini_block(layers, rep, defs, visible_mask, leaf: _Leaf, version):
+    packing = None
+    if leaf.packable and leaf.n >= bitpack.BLOCK:
+        widths = _block_widths(leaf)
+        packed_bytes = int((widths * (bitpack.BLOCK // 8) + leaf.bits // 8).sum())
+        if packed_bytes < 0.9 * leaf.n * leaf.bits // 8:
+            packing = widths
+    if packing is not None:
+        counts = np.full(len(packing), bitpack.BLOCK, dtype=np.int64)
+        counts[-1] = leaf.n - bitpack.BLOCK * (len(counts) - 1)
+        k = bitpack.BLOCK
+    else:
+        chunking = _chunk_counts(leaf, version)
+        if chunking is None:
+            return None
+        k, counts = chunking
+    chunks = len(counts)
+    large = version >= (2, 2)
+    # level ranges per chunk: a chunk ends right after its last visible entry
+    level_counts = None
+    if rep is not None or defs is not None:
+        entries = len(rep if rep is not None else defs)
+        visible_positions = np.flatnonzero(visible_mask) if visible_mask is not None else np.arange(entries)
+        ends = visible_positions[np.minimum(exclusive_cumsum(counts)[1:], leaf.n) - 1] + 1
+        ends[-1] = entries
+        level_counts = np.diff(np.concatenate(([0], ends)))
+        if int(level_counts.max()) > _MAX_LEVELS:
+            return None
+    segments_src: list[np.ndarray] = []
+    source_base = [0]
+
+    def add(array: np.ndarray) -> int:
+        segments_src.append(array)
+        start = source_base[0]
+        source_base[0] += len(array)
+        return start
+
+    rep_enc = def_enc = None
+    rep_part = def_part = None
+    if rep is not None:
+        rep_enc, rep_part = _pack_levels(rep, level_counts, add)
+    if defs is not None:
+        def_enc, def_part = _pack_levels(defs, level_counts, add)
+    if packing is not None:
+        value_enc, value_parts = _bitpacked_chunks(leaf, packing, add)
+    else:
+        value_enc, value_parts = _chunk_values(leaf, counts, k, add)
+    zeros = add(np.full(8, _PAD, dtype=np.uint8))
+    size_width = 4 if large else 2
+    nbuf = len(value_parts)
+    header_len = 2 + 2 * (rep is not None) + 2 * (defs is not None) + size_width * nbuf
+    header = np.zeros((chunks, header_len), dtype=np.uint8)
+    header[:, 0:2] = (level_counts if level_counts is not None else np.zeros(chunks, np.int64)).astype(
+        "<u2").view(np.uint8).reshape(chunks, 2)
+    at = 2
+    parts = []
+    for part in (rep_part, def_part):
+        if part is not None:
+            header[:, at: at + 2] = part[1].astype("<u2").view(np.uint8).reshape(chunks, 2)
+            at += 2
+            parts.append(part)
+    for part in value_parts:
+        if version == (2, 1) and int(part[1].max()) > 65535:
+            return None
+        header[:, at: at + size_width] = part[1].astype(f"<u{size_width}").view(np.uint8).reshape(chunks, size_width)
+        at += size_width
+        parts.append(part)
+    header_start = add(header.reshape(-1))
+    # segments per chunk: header, pad, then (buffer, pad) for each buffer
+    seg_starts = [header_start + np.arange(chunks) * header_len, np.full(chunks, zeros)]
+    seg_lengths = [np.full(chunks, header_len), np.full(chunks, -header_len % 8)]
+    chunk_bytes = np.full(chunks, header_len + (-header_len % 8), dtype=np.int64)
+    for starts, sizes in parts:
+        seg_starts += [starts, np.full(chunks, zeros)]
+        seg_lengths += [sizes, -sizes % 8]
+        chunk_bytes += sizes + (-sizes % 8)
+    if int(chunk_bytes.max()) > _MAX_CHUNK_TOTAL[version]:
+        return None
+    source = np.concatenate(segments_src)
+    order_starts = np.stack(seg_starts, axis=1).reshape(-1)
+    order_lengths = np.stack(seg_lengths, axis=1).reshape(-1)
+    data = take_ranges(source, order_starts, order_lengths)
+    logs = np.full(chunks, int(k).bit_length() - 1, dtype=np.int64)
+    logs[-1] = 0
+    if chunks > 1 and k == 1:
+        return None  # a non-last chunk needs log2(values) > 0
+    meta = ((chunk_bytes // 8 - 1) << 4) | logs
+    meta_buffer = meta.astype("<u4" if large else "<u2")
+    buffers = [[pa.py_buffer(meta_buffer)], [pa.py_buffer(data)]]
+    if leaf.kind == "dict":
+        buffers.append([pa.py_buffer(_dictionary_block(leaf.dictionary))])
+    mini = pb.MiniBlockLayout(value_compression=value_enc, layers=layers, num_buffers=nbuf,
+                              num_items=leaf.n, has_large_chunk=large)
+    if rep_enc is not None:
+        mini.rep_compression.CopyFrom(rep_enc)
+        mini.repetition_index_depth = 1
+        buffers.append([pa.py_buffer(_repetition_index(rep, level_counts, max(rep.max(), 1)))])
+    if def_enc is not None:
+        mini.def_compression.CopyFrom(def_enc)
+    if leaf.kind == "dict":
+        mini.dictionary.CopyFrom(_dictionary_encoding(leaf.dictionary))
+        mini.num_dictionary_items = len(leaf.dictionary)
+    return pb.PageLayout(mini_block_layout=mini), buffers
+
+
+def _pack_levels(levels_: np.ndarray, counts: np.ndarray, add):
+    """Out-of-line bit-packed levels per chunk: (encoding, (starts, sizes) in the source)."""
+    width = max(bitpack.bits_needed(int(levels_.max())), 1)
+    block = bitpack.BLOCK
+    full, tail = counts // block, counts % block
+    words = 64 * width  # u16 words per packed block
+    raw_tail = (tail > 0) & (tail == words)  # a packed tail would look like a raw one: store it raw
+    packed_blocks = full + ((tail > 0) & ~raw_tail)
+    nblocks = int(packed_blocks.sum())
+    matrix = np.zeros((nblocks, block), dtype=np.uint16)
+    first_block = exclusive_cumsum(packed_blocks)[:-1]
+    level_start = exclusive_cumsum(counts)[:-1]
+    packed_values = counts - np.where(raw_tail, tail, 0)
+    # scatter each chunk's packed values into its blocks (rows padded with zeros)
+    flat_dest = np.repeat(first_block * block, packed_values) + (
+        np.arange(int(packed_values.sum())) - np.repeat(exclusive_cumsum(packed_values)[:-1], packed_values))
+    flat_src = np.repeat(level_start, packed_values) + (
+        np.arange(int(packed_values.sum())) - np.repeat(exclusive_cumsum(packed_values)[:-1], packed_values))
+    matrix.reshape(-1)[flat_dest] = levels_[flat_src]
+    packed = bitpack.pack(matrix, width, 16).view(np.uint8).reshape(-1)
+    block_bytes = words * 2
+    raw = take_ranges(levels_.view(np.uint8), (level_start + packed_values) * 2, np.where(raw_tail, tail, 0) * 2)
+    # each chunk: its packed blocks then its raw tail -> two ranges; merge into one contiguous copy
+    chunk_packed = packed_blocks * block_bytes
+    chunk_raw = np.where(raw_tail, tail, 0) * 2
+    merged = take_ranges(np.concatenate([packed, raw]),
+                         np.stack([first_block * block_bytes, len(packed) + exclusive_cumsum(chunk_raw)[:-1]],
+                                  axis=1).reshape(-1),
+                         np.stack([chunk_packed, chunk_raw], axis=1).reshape(-1))
+    start = add(merged)
+    sizes = chunk_packed + chunk_raw
+    encoding = pb.CompressiveEncoding(out_of_line_bitpacking=pb.OutOfLineBitpacking(
+        uncompressed_bits_per_value=16, values=pb.CompressiveEncoding(flat=pb.Flat(bits_per_value=width))))
+    return encoding, (start + exclusive_cumsum(sizes)[:-1], sizes)
+
+
+def _flat(bits: int) -> pb.CompressiveEncoding:
+    return pb.CompressiveEncoding(flat=pb.Flat(bits_per_value=bits))
+
+
+def _chunk_values(leaf: _Leaf, counts: np.ndarray, k: int, add):
+    """Value buffers of every chunk: (encoding, [(starts, sizes) per buffer])."""
+    first = exclusive_cumsum(counts)[:-1]
+    if leaf.kind in ("fixed", "dict"):
+        width = leaf.bits // 8
+        start = add(leaf.data)
+        return _flat(leaf.bits), [(start + first * width, counts * width)]
+    if leaf.kind == "bool":
+        start = add(leaf.data)
+        return _flat(1), [(start + first // 8, (counts + 7) // 8)]
+    if leaf.kind == "fsl":
+        row_bits = leaf.dim * leaf.bits  # chunks hold a multiple of 8 rows: byte-aligned starts
+        parts = []
+        for cumulative, valid in zip(np.cumprod(leaf.dims), leaf.layer_valid):
+            if valid is not None:  # validity of this layer's items, outer layers first
+                start = add(np.packbits(valid, bitorder="little"))
+                parts.append((start + first * int(cumulative) // 8, (counts * int(cumulative) + 7) // 8))
+        start = add(leaf.data)
+        parts.append((start + first * row_bits // 8, (counts * row_bits + 7) // 8))
+        return _fsl_encoding(leaf), parts
+    # variable: per chunk (n + 1) offsets relative to the chunk buffer, then the bytes
+    width = 8 if leaf.large else 4
+    offsets = leaf.offsets
+    last = first + counts
+    chunk_data = offsets[last] - offsets[first]
+    header = (counts + 1) * width
+    chunk_of_value = np.repeat(np.arange(len(counts)), counts + 1)
+    index = np.repeat(first, counts + 1) + (
+        np.arange(int((counts + 1).sum())) - np.repeat(exclusive_cumsum(counts + 1)[:-1], counts + 1))
+    local = offsets[index] - offsets[first][chunk_of_value] + header[chunk_of_value]
+    local_bytes = local.astype(f"<u{width}").view(np.uint8)
+    # one contiguous buffer per chunk: its offsets, its bytes, padding to the offset width
+    pad = -(header + chunk_data) % width
+    merged = take_ranges(
+        np.concatenate([local_bytes, leaf.data, np.full(8, 72, dtype=np.uint8)]),
+        np.stack([exclusive_cumsum(header)[:-1], len(local_bytes) + offsets[first],
+                  np.full(len(counts), len(local_bytes) + len(leaf.data))], axis=1).reshape(-1),
+        np.stack([header, chunk_data, pad], axis=1).reshape(-1))
+    start = add(merged)
+    sizes = header + chunk_data + pad
+    encoding = pb.CompressiveEncoding(variable=pb.Variable(offsets=_flat(8 * width)))
+    return encoding, [(start + exclusive_cumsum(sizes)[:-1], sizes)]
+
+
+def _fsl_encoding(leaf: _Leaf) -> pb.CompressiveEncoding:
+    encoding = _flat(leaf.bits)
+    for dim, valid in reversed(list(zip(leaf.dims, leaf.layer_valid))):
+        encoding = pb.CompressiveEncoding(fixed_size_list=pb.FixedSizeList(
+            items_per_value=dim, values=encoding, has_validity=valid is not None))
+    return encoding
+
+
+def _repetition_index(rep: np.ndarray, level_counts: np.ndarray, top: int) -> np.ndarray:
+    """Per chunk (rows finished in it, leftover entries), as pylance computes it."""
+    chunks = len(level_counts)
+    starts = exclusive_cumsum(level_counts)
+    is_top = (rep == top).astype(np.int64)
+    seen = exclusive_cumsum(is_top)
+    rows = seen[starts[1:]] - seen[starts[:-1]] - is_top[starts[:-1]]
+    positions = np.flatnonzero(is_top)
+    last_top = np.searchsorted(positions, starts[1:], side="left") - 1
+    last_pos = np.where(last_top >= 0, positions[np.maximum(last_top, 0)], -1)
+    has_top = last_pos >= starts[:-1]
+    leftovers = np.where(has_top, starts[1:] - last_pos, level_counts)
+    leftovers[-1] = 0
+    # a chunk starting with a new row completes the previous chunk's leftovers
+    begins_row = np.zeros(chunks, dtype=bool)
+    begins_row[1:] = is_top[starts[1:-1]] == 1
+    fix = np.flatnonzero(begins_row) - 1
+    fix = fix[leftovers[fix] != 0]
+    rows[fix] += 1
+    leftovers[fix] = 0
+    rows[-1] += 1
+    return np.stack([rows, leftovers], axis=1).astype("<u8").reshape(-1)
+
+
+def _dictionary_block(dictionary: pa.Array) -> np.ndarray:
+    """A page dictionary as a block: variable (``[u32 32][u32 start][offsets][bytes]``) or flat."""
+    dtype = dictionary.type
+    if dtype in (pa.string(), pa.binary(), *_LARGE):
+        leaf = _leaf(dictionary, None)
+        if dtype in _LARGE:  # readers expect the offset width of the column's type
+            header = np.array([64, 0, 16 + 8 * len(leaf.offsets), 0], dtype="<u4")
+            offsets = leaf.offsets.astype("<u8")
+        else:
+            header = np.array([32, 8 + 4 * len(leaf.offsets)], dtype="<u4")
+            offsets = leaf.offsets.astype("<u4")
+        return np.concatenate([header.view(np.uint8), offsets.view(np.uint8), leaf.data])
+    leaf = _leaf(dictionary, None)
+    if leaf.kind != "fixed":
+        raise UnsupportedFeatureError(f"dictionary values of type {dtype} in 2.1+ files")
+    return leaf.data
+
+
+def _dictionary_encoding(dictionary: pa.Array) -> pb.CompressiveEncoding:
+    if dictionary.type in (pa.string(), pa.binary(), *_LARGE):
+        bits = 64 if dictionary.type in _LARGE else 32
+        return pb.CompressiveEncoding(variable=pb.Variable(offsets=_flat(bits)))
+    return _flat(_leaf(dictionary, None).bits)
+
+
+# ----------------------------------------------------------------------------- full-zip
+
+
+def _full_zip(layers, rep, defs, visible_mask, leaf: _Leaf):
+    entries = len(rep) if rep is not None else len(defs) if defs is not None else leaf.n
+    max_rep_level = sum(layer in (pb.REPDEF_ALL_VALID_LIST, pb.REPDEF_NULLABLE_LIST, pb.REPDEF_EMPTYABLE_LIST,
+                                  pb.REPDEF_NULL_AND_EMPTY_LIST) for layer in layers)
+    max_def_level = int(_visibility_table(layers).shape[0] - 1)
+    bits_rep = bitpack.bits_needed(max_rep_level) if rep is not None else 0
+    bits_def = bitpack.bits_needed(max_def_level) if defs is not None else 0
+    total_bits = bits_rep + bits_def
+    word = 0 if total_bits == 0 else 1 if total_bits <= 8 else 2 if total_bits <= 16 else 4
+    control = np.zeros(entries, dtype=np.int64)
+    if rep is not None:
+        control |= rep.astype(np.int64) << bits_def
+    if defs is not None:
+        control |= defs.astype(np.int64)
+    control_bytes = control.astype(f"<u{word}").view(np.uint8) if word else np.zeros(0, np.uint8)
+    visible = np.ones(entries, dtype=bool) if visible_mask is None else visible_mask
+    valid = visible if defs is None else defs == 0
+    layout = pb.FullZipLayout(bits_rep=bits_rep, bits_def=bits_def, num_items=entries,
+                              num_visible_items=leaf.n, layers=layers)
+    # per entry: [control word][length (variable, valid)][value (visible)]
+    value_len = np.zeros(entries, dtype=np.int64)
+    value_src = np.zeros(entries, dtype=np.int64)
+    prefix_len = np.full(entries, word, dtype=np.int64)
+    if leaf.kind == "variable":
+        layout.bits_per_offset = 32
+        layout.value_compression.CopyFrom(pb.CompressiveEncoding(variable=pb.Variable(offsets=_flat(32))))
+        lengths = np.diff(leaf.offsets)
+        vis_index = np.flatnonzero(visible)
+        value_len[vis_index] = np.where(valid[vis_index], lengths, 0)
+        value_src[vis_index] = leaf.offsets[:-1]
+        has_len = visible & valid
+        prefix_len[has_len] += 4
+        prefix = np.zeros((entries, word + 4), dtype=np.uint8)
+        if word:
+            prefix[:, :word] = control_bytes.reshape(entries, word)
+        prefix[:, word:] = value_len.astype("<u4").view(np.uint8).reshape(entries, 4)
+        data = leaf.data
+    else:
+        width = leaf.bits * max(leaf.dim, 1) // 8
+        if leaf.kind == "fsl":
+            encoding = _fsl_encoding(leaf)
+            prefixes = [np.packbits(valid.reshape(leaf.n, int(count)), axis=1, bitorder="little")
+                        for count, valid in zip(np.cumprod(leaf.dims), leaf.layer_valid) if valid is not None]
+            data = leaf.data
+            if prefixes:
+                data = np.concatenate([*prefixes, leaf.data.reshape(leaf.n, width)], axis=1).reshape(-1)
+                width += sum(p.shape[1] for p in prefixes)
+        elif leaf.kind == "fixed":
+            encoding = _flat(leaf.bits)
+            data = leaf.data
+        else:
+            raise UnsupportedFeatureError(f"{leaf.kind} values in a full-zip page")
+        layout.bits_per_value = width * 8
+        layout.value_compression.CopyFrom(encoding)
+        if rep is None and (defs is None or bool(visible.all())):
+            # a regular stride: control word + value per entry
+            matrix = np.concatenate([control_bytes.reshape(entries, word), data.reshape(entries, width)], axis=1)
+            return pb.PageLayout(full_zip_layout=layout), [[pa.py_buffer(matrix.reshape(-1))]]
+        vis_index = np.flatnonzero(visible)
+        value_len[vis_index] = width
+        value_src[vis_index] = np.arange(leaf.n) * width
+        prefix = control_bytes.reshape(entries, word) if word else np.zeros((entries, 0), np.uint8)
+    prefix_width = prefix.shape[1]
+    source = np.concatenate([prefix.reshape(-1), data])
+    starts = np.stack([np.arange(entries) * prefix_width, prefix.size + value_src], axis=1).reshape(-1)
+    lengths = np.stack([prefix_len, value_len], axis=1).reshape(-1)
+    zipped = take_ranges(source, starts, lengths)
+    entry_size = prefix_len + value_len
+    entry_start = exclusive_cumsum(entry_size)
+    if rep is not None:
+        top = int(max_rep_level)
+        row_starts = entry_start[:-1][rep == top]
+    else:
+        row_starts = entry_start[:-1]
+    index = np.concatenate([row_starts, entry_start[-1:]])
+    maximum = int(index[-1]) if len(index) else 0
+    index_width = 1 if maximum < 1 << 8 else 2 if maximum < 1 << 16 else 4 if maximum < 1 << 32 else 8
+    return pb.PageLayout(full_zip_layout=layout), [[pa.py_buffer(zipped)],
+                                                   [pa.py_buffer(index.astype(f"<u{index_width}"))]]
+
+
+def check_writable(dtype: pa.DataType, name: str) -> None:
+    """Raise ``UnsupportedFeatureError`` unless a leaf of this type can be written to 2.1+ files."""
+    if pa.types.is_dictionary(dtype):
+        value = dtype.value_type
+        if value in (pa.string(), pa.binary(), *_LARGE) or _fixed_width(value) is not None:
+            return
+    elif pa.types.is_fixed_size_list(dtype):
+        inner = dtype.value_type
+        while pa.types.is_fixed_size_list(inner):
+            inner = inner.value_type
+        if _fixed_width(inner) is not None or pa.types.is_boolean(inner):
+            return
+    elif (pa.types.is_null(dtype) or pa.types.is_boolean(dtype) or _fixed_width(dtype) is not None
+          or dtype in (pa.string(), pa.binary(), *_LARGE) or (pa.types.is_struct(dtype) and dtype.num_fields == 0)):
+        return
+    raise UnsupportedFeatureError(f"field {name!r}: type {dtype} cannot be written to a 2.1+ data file")

@@ -1,0 +1,136 @@
+"""``compact_files`` and the distributed ``Compaction.plan / CompactionTask.execute / Compaction.commit``.
+
+::
+
+    plan = Compaction.plan(uri, target_rows_per_fragment=100_000)     # on the driver
+    results = [task.execute(uri) for task in plan.tasks]               # anywhere (picklable / JSON)
+    metrics = Compaction.commit(uri, results)                          # on the driver
+
+``compact_files`` does the three steps in one process. Nothing is committed
+when there is nothing to compact.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from airflow_lance.core.errors import CommitStateUnknownError, LanceError
+from airflow_lance.core.optimize.committer import commit_compaction
+from airflow_lance.core.optimize.options import CompactionOptions
+from airflow_lance.core.optimize.planner import CompactionPlan, plan_compaction
+from airflow_lance.core.optimize.results import CompactionMetrics, RewriteResult
+from airflow_lance.core.optimize.source import DatasetOrUri, open_source
+from airflow_lance.core.optimize.task import delete_written, rewrite_task
+from airflow_lance.core.write import MAX_BYTES_PER_FILE
+
+log = logging.getLogger(__name__)
+
+
+class Compaction:
+    """pylance's ``lance.optimize.Compaction``: plan, (execute tasks), commit."""
+
+    @staticmethod
+    def plan(
+        dataset_or_uri: DatasetOrUri,
+        options: Mapping[str, Any] | CompactionOptions | None = None,
+        *,
+        storage_options: Mapping[str, str] | None = None,
+        **kwargs: Any,
+    ) -> CompactionPlan:
+        """Plan against the given handle's version (or the latest version of a URI).
+
+        Options come as a pylance-style dict and/or keyword arguments
+        (``target_rows_per_fragment``, ``max_bytes_per_file``, ...).
+        """
+        store, source = open_source(dataset_or_uri, storage_options)
+        return plan_compaction(store.uri, source, CompactionOptions.build(options, **kwargs))
+
+    @staticmethod
+    def commit(
+        dataset_or_uri: DatasetOrUri,
+        rewrites: Sequence[RewriteResult | Mapping[str, Any] | str],
+        options: Mapping[str, Any] | CompactionOptions | None = None,
+        *,
+        storage_options: Mapping[str, str] | None = None,
+    ) -> CompactionMetrics:
+        """Commit finished tasks (results or their JSON) with the plan's read version.
+
+        ``options`` is accepted for pylance compatibility and only validated.
+        """
+        CompactionOptions.build(options)
+        store, _ = open_source(dataset_or_uri, storage_options)
+        return commit_compaction(store, rewrites)
+
+    @staticmethod
+    def execute(
+        dataset_or_uri: DatasetOrUri,
+        options: Mapping[str, Any] | CompactionOptions | None = None,
+        *,
+        storage_options: Mapping[str, str] | None = None,
+        **kwargs: Any,
+    ) -> CompactionMetrics:
+        """Plan, run every task here, and commit (what ``compact_files`` does)."""
+        store, source = open_source(dataset_or_uri, storage_options)
+        plan = plan_compaction(store.uri, source, CompactionOptions.build(options, **kwargs))
+        if not plan.tasks:
+            return CompactionMetrics(fragments_skipped_indexed=plan.fragments_skipped_indexed)
+        results: list[RewriteResult] = []
+        try:
+            for task in plan.tasks:
+                results.append(rewrite_task(store, source, task))
+        except BaseException:
+            delete_written(store, [f for r in results for f in r.new_fragments])
+            raise
+        try:
+            metrics = commit_compaction(store, results)
+        except CommitStateUnknownError:
+            raise  # the version may reference the files: keep them
+        except LanceError:  # nothing landed; the files are ours alone
+            delete_written(store, [f for r in results for f in r.new_fragments])
+            raise
+        metrics.fragments_skipped_indexed = plan.fragments_skipped_indexed
+        return metrics
+
+
+def compact_files(
+    dataset_or_uri: DatasetOrUri,
+    *,
+    target_rows_per_fragment: int = 1024 * 1024,
+    max_bytes_per_file: int = MAX_BYTES_PER_FILE,
+    materialize_deletions: bool = True,
+    materialize_deletions_threshold: float = 0.1,
+    max_source_fragments: int | None = None,
+    max_source_rows: int | None = None,
+    excluded_fragment_ids: Iterable[int] | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> CompactionMetrics:
+    """Merge small fragments and materialise deletions, keeping insertion order (pylance's defaults).
+
+    Two commits, as pylance makes: a fragment-id reservation, then one Rewrite
+    at the planned version. A concurrent delete of a rewritten fragment makes
+    it fail with :class:`~airflow_lance.core.errors.CommitConflictError`
+    (retry it); the files written for it are removed again.
+    """
+    options = CompactionOptions(
+        target_rows_per_fragment=target_rows_per_fragment,
+        max_bytes_per_file=max_bytes_per_file,
+        materialize_deletions=materialize_deletions,
+        materialize_deletions_threshold=materialize_deletions_threshold,
+        max_source_fragments=max_source_fragments,
+        max_source_rows=max_source_rows,
+        excluded_fragment_ids=tuple(excluded_fragment_ids) if excluded_fragment_ids is not None else (),
+    )
+    return Compaction.execute(dataset_or_uri, options, storage_options=storage_options)
+
+
+class DatasetOptimizer:
+    """``LanceDataset.optimize``: maintenance bound to one dataset handle (pylance's name)."""
+
+    def __init__(self, dataset: DatasetOrUri) -> None:
+        self._dataset = dataset
+
+    def compact_files(self, **kwargs: Any) -> CompactionMetrics:
+        """:func:`compact_files` planned on this handle's version."""
+        return compact_files(self._dataset, **kwargs)

@@ -1,0 +1,203 @@
+"""``KartothekToLanceOperator``: import one table of a Kartothek dataset as a Lance dataset.
+
+The import runs in the worker process (:func:`airflow_lance.core.import_kartothek`): the
+source is read and validated with pyarrow, each Kartothek partition becomes one or more
+fragments, and everything lands in one atomic commit. The import is idempotent: a re-run
+(or a retry after the commit landed) of the same source state writes nothing and returns
+the version that holds it. A broken source (missing files, malformed metadata) fails the
+task with the typed error listing every problem, before anything is written.
+
+Only in-process (``local``) execution exists so far; reading and writing the partitions on
+Spark executors is not implemented.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping, Sequence
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from airflow.providers.common.compat.sdk import AirflowFailException, AssetAlias, BaseOperator, mask_secret
+
+import airflow_lance.core as lance
+from airflow_lance.assets.lance import create_asset
+from airflow_lance.connection import DEFAULT_CONN_ID
+from airflow_lance.hooks.lance import LanceHook
+from airflow_lance.spark.spec import MAX_BYTES_PER_FILE, MAX_ROWS_PER_FILE
+
+if TYPE_CHECKING:
+    from airflow.providers.common.compat.sdk import Context
+
+MODES = ("create", "overwrite")
+PARTITION_COLUMNS = ("restore", "drop")
+
+
+class KartothekImportError(AirflowFailException):
+    """The import cannot succeed by retrying: the source is invalid, missing or unsupported, the
+    target exists (mode ``create``), or the verification found differences (the commit stays)."""
+
+
+def _is_static_absolute(uri: Any) -> bool:
+    if not isinstance(uri, str) or "{{" in uri or "{%" in uri:
+        return False
+    return "://" in uri or os.path.isabs(uri)
+
+
+def _check_choice(name: str, value: Any, choices: Sequence[str]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {tuple(choices)}, not {value!r}")
+
+
+class KartothekToLanceOperator(BaseOperator):
+    """Import one table of a Kartothek dataset as a Lance dataset, in one idempotent commit.
+
+    :param store_uri: the Kartothek storage location holding the dataset's
+        ``<uuid>.by-dataset-metadata.*`` file (a local path or an fsspec URL). (templated)
+    :param dataset_uuid: the Kartothek dataset's uuid. (templated)
+    :param table: the Kartothek table to import (each table is its own Lance dataset). (templated)
+    :param target: the Lance dataset: a URI, a local path, a ``lance+`` asset URI, or a name
+        resolved below the Lance connection's dataset root. (templated)
+    :param mode: ``create`` (the target must not exist) or ``overwrite`` (a new version
+        replacing what the target holds). (templated)
+    :param partition_columns: ``restore`` rebuilds the partition columns from the paths with
+        the table schema's types; ``drop`` leaves them out. (templated)
+    :param max_rows_per_file: rows per data file (each partition becomes one or more fragments).
+    :param max_bytes_per_file: bytes per data file.
+    :param verify: after the import, compare row counts and column checksums per partition
+        value between source and target; a difference fails the task (the commit stays).
+    :param lance_conn_id: the ``lance`` connection (dataset root and storage options of the target).
+    :param source_storage_options: fsspec storage options of the source. Not templated and
+        never logged: its values are registered with the secrets masker.
+
+    Returns ``{"uri", "dataset_uuid", "table", "mode", "version", "partitions",
+    "empty_partitions", "rows", "fragments", "bytes", "already_imported", "partition_keys",
+    "secondary_indices", "verification"}``; ``already_imported`` is true when the task found
+    this import already committed and wrote nothing. A target given by a static URI or path is
+    added to ``outlets``; the event of each outlet naming the target carries that dict as its
+    extra. For a target named relative to the connection's root, add an ``AssetAlias`` to
+    ``outlets``: the operator adds the dataset's asset event (with that extra) to it.
+    """
+
+    template_fields: Sequence[str] = ("store_uri", "dataset_uuid", "table", "target", "mode", "partition_columns")
+    ui_color = "#e8e4f0"
+
+    def __init__(
+        self,
+        *,
+        store_uri: str,
+        dataset_uuid: str,
+        target: str,
+        table: str = "table",
+        mode: str = "create",
+        partition_columns: str = "restore",
+        max_rows_per_file: int = MAX_ROWS_PER_FILE,
+        max_bytes_per_file: int = MAX_BYTES_PER_FILE,
+        verify: bool = False,
+        lance_conn_id: str | None = DEFAULT_CONN_ID,
+        source_storage_options: Mapping[str, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if _is_static_absolute(target):
+            outlets = list(kwargs.get("outlets") or [])
+            asset = create_asset(uri=target)
+            if all(getattr(o, "uri", None) != asset.uri for o in outlets):
+                outlets.append(asset)
+            kwargs["outlets"] = outlets
+        super().__init__(**kwargs)
+        self.store_uri = store_uri
+        self.dataset_uuid = dataset_uuid
+        self.table = table
+        self.target = target
+        self.mode = mode
+        self.partition_columns = partition_columns
+        self.max_rows_per_file = max_rows_per_file
+        self.max_bytes_per_file = max_bytes_per_file
+        self.verify = verify
+        self.lance_conn_id = lance_conn_id
+        self.source_storage_options = dict(source_storage_options or {})
+        if "{{" not in str(mode):
+            _check_choice("mode", mode, MODES)
+        if "{{" not in str(partition_columns):
+            _check_choice("partition_columns", partition_columns, PARTITION_COLUMNS)
+
+    @cached_property
+    def hook(self) -> LanceHook:
+        """The Lance hook of the target (created on first use, never at DAG parse time)."""
+        return LanceHook(self.lance_conn_id)
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        _check_choice("mode", self.mode, MODES)
+        _check_choice("partition_columns", self.partition_columns, PARTITION_COLUMNS)
+        for value in self.source_storage_options.values():
+            mask_secret(value)
+        start = time.monotonic()
+        uri = self.hook.resolve_uri(self.target)
+        self.log.info("Importing table %r of Kartothek dataset %r in %s into %s (mode %s, partition columns %s)",
+                      self.table, self.dataset_uuid, self.store_uri, uri, self.mode, self.partition_columns)
+        try:
+            result = lance.import_kartothek(
+                self.store_uri,
+                self.dataset_uuid,
+                self.table,
+                uri,
+                mode=self.mode,  # type: ignore[arg-type]
+                partition_columns=self.partition_columns,  # type: ignore[arg-type]
+                max_rows_per_file=self.max_rows_per_file,
+                max_bytes_per_file=self.max_bytes_per_file,
+                storage_options=self.source_storage_options or None,
+                target_storage_options=self.hook.storage_options,
+                verify=self.verify,
+            )
+        except (lance.KartothekError, lance.DatasetAlreadyExistsError, lance.InvalidInputError) as exc:
+            outcome = ("was committed, but its verification found differences" if hasattr(exc, "differences")
+                       else "failed; nothing was committed")
+            raise KartothekImportError(
+                f"Kartothek import of table {self.table!r} of dataset {self.dataset_uuid!r} from {self.store_uri} "
+                f"into {uri} {outcome}: {type(exc).__name__}: {exc}"
+            ) from exc
+        summary = self._summary(json.loads(json.dumps(result.to_dict())), uri)  # tuples as lists: plain JSON
+        if summary["already_imported"]:
+            self.log.info("This import already landed as version %d of %s; nothing was written",
+                          summary["version"], uri)
+        else:
+            self.log.info("Imported %d partitions (%d empty): %d rows in %d fragments, %d bytes, as version %d "
+                          "of %s in %.1f s", summary["partitions"], summary["empty_partitions"], summary["rows"],
+                          summary["fragments"], summary["bytes"], summary["version"], uri, time.monotonic() - start)
+        for index in summary["secondary_indices"]:
+            self.log.info("Kartothek secondary index (not converted): %s", index)
+        return self._finish(context, summary)
+
+    def _summary(self, result: dict[str, Any], uri: str) -> dict[str, Any]:
+        return {
+            "uri": uri,
+            "dataset_uuid": result["dataset_uuid"],
+            "table": result["table"],
+            "mode": self.mode,
+            "version": result["version"],
+            "partitions": result["partitions"],
+            "empty_partitions": result["empty_partitions"],
+            "rows": result["rows"],
+            "fragments": result["fragments"],
+            "bytes": result["bytes_written"],
+            "already_imported": result["already_imported"],
+            "partition_keys": result["partition_keys"],
+            "secondary_indices": result["secondary_indices"],
+            "verification": result["verification"],
+        }
+
+    def _finish(self, context: Context, summary: dict[str, Any]) -> dict[str, Any]:
+        """Put the summary into the extra of the target's outlet event (an outlet asset with the
+        target's URI, or an event added to each outlet ``AssetAlias``); return it."""
+        asset = create_asset(uri=summary["uri"])
+        for outlet in self.outlets or []:
+            if isinstance(outlet, AssetAlias):
+                context["outlet_events"][outlet].add(asset, extra=dict(summary))
+            elif getattr(outlet, "uri", None) == asset.uri:
+                context["outlet_events"][outlet].extra = dict(summary)
+        return summary
+
+
+__all__ = ["KartothekImportError", "KartothekToLanceOperator"]

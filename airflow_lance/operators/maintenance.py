@@ -1,0 +1,519 @@
+"""Maintenance operators for Lance datasets: stats, compaction, version cleanup, tags, restore.
+
+Every operator resolves its dataset through :class:`~airflow_lance.hooks.lance.LanceHook`
+(a URI, a local path, a ``lance+`` asset URI, or a name below the connection's root),
+logs what it changed and returns a JSON-ready dict. Operators that create a version
+(compaction, restore) add the dataset's asset to ``outlets`` when the URI is static and
+absolute, and put their result (with the new ``version``) into the extra of that asset's
+event; an ``AssetAlias`` in ``outlets`` receives the dataset's event as well.
+
+* :class:`LanceDatasetStatsOperator`: fragment count, small fragments, deleted-row ratio,
+  version count, bytes, and whether compaction would do anything (``needs_compaction``).
+* :class:`LanceCompactFilesOperator`: ``compact_files`` in the worker (mode ``local``);
+  skips the task when there is nothing to compact.
+* :class:`LanceCleanupOldVersionsOperator`: ``cleanup_old_versions`` (with ``dry_run``).
+* :class:`LanceCreateTagOperator` / :class:`LanceDeleteTagOperator`.
+* :class:`LanceRestoreOperator`: make an old version (or tag) the latest one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import os
+import time
+from collections.abc import Mapping, Sequence
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from airflow.providers.common.compat.sdk import AirflowSkipException, AssetAlias, BaseOperator
+
+import airflow_lance.core as lance
+from airflow_lance.assets.lance import create_asset
+from airflow_lance.connection import DEFAULT_CONN_ID
+from airflow_lance.hooks.lance import LanceHook
+
+if TYPE_CHECKING:
+    from airflow.providers.common.compat.sdk import Context
+
+#: Compaction modes; ``spark`` (tasks on executors) is not implemented yet.
+COMPACTION_MODES = ("local",)
+#: Most file paths a dry-run cleanup returns (the count is always exact).
+MAX_LISTED_FILES = 1000
+
+_INT_OPTIONS = ("target_rows_per_fragment", "max_bytes_per_file", "max_source_fragments", "max_source_rows")
+
+
+def _is_static_absolute(uri: Any) -> bool:
+    if not isinstance(uri, str) or "{{" in uri or "{%" in uri:
+        return False
+    return "://" in uri or os.path.isabs(uri)
+
+
+def _with_dataset_outlet(uri: Any, kwargs: dict[str, Any]) -> None:
+    """Add the asset of a static absolute ``uri`` to ``kwargs["outlets"]`` (once)."""
+    if _is_static_absolute(uri):
+        outlets = list(kwargs.get("outlets") or [])
+        asset = create_asset(uri=uri)
+        if all(getattr(o, "uri", None) != asset.uri for o in outlets):
+            outlets.append(asset)
+        kwargs["outlets"] = outlets
+
+
+def _as_bool(name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false", "1", "0", "yes", "no"):
+        return value.strip().lower() in ("true", "1", "yes")
+    raise ValueError(f"{name} must be a boolean, not {value!r}")
+
+
+def _as_optional_int(name: str, value: Any) -> int | None:
+    if value is None or value == "" or value == "None":
+        return None
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be an integer, not {value!r}")
+    try:
+        return int(value)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be an integer, not {value!r}") from exc
+
+
+def compaction_options(options: Mapping[str, Any] | None) -> lance.CompactionOptions:
+    """Validated compaction options from a (rendered) dict; numeric strings are converted."""
+    data = dict(options or {})
+    for name in _INT_OPTIONS:
+        if isinstance(data.get(name), str):
+            data[name] = _as_optional_int(name, data[name])
+    if isinstance(data.get("materialize_deletions_threshold"), str):
+        data["materialize_deletions_threshold"] = float(data["materialize_deletions_threshold"])
+    if "materialize_deletions" in data:
+        data["materialize_deletions"] = _as_bool("materialize_deletions", data["materialize_deletions"])
+    if isinstance(data.get("excluded_fragment_ids"), str):
+        text = data["excluded_fragment_ids"].strip().strip("[]()")
+        data["excluded_fragment_ids"] = [int(i) for i in text.split(",") if i.strip()]
+    return lance.CompactionOptions.build(data)
+
+
+def _as_older_than(value: Any) -> dt.timedelta | None:
+    """A timedelta, a number of days, or None."""
+    if value is None or value == "" or value == "None":
+        return None
+    if isinstance(value, dt.timedelta):
+        return value
+    if isinstance(value, bool):
+        raise ValueError(f"older_than must be a timedelta or a number of days, not {value!r}")
+    try:
+        return dt.timedelta(days=float(value))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"older_than must be a timedelta or a number of days, not {value!r}") from exc
+
+
+def dataset_stats(ds: lance.LanceDataset, options: lance.CompactionOptions) -> dict[str, Any]:
+    """Stats of one dataset version (see :class:`LanceDatasetStatsOperator`)."""
+    fragments = [f.metadata for f in ds.get_fragments()]
+    physical = sum(f.physical_rows for f in fragments)
+    deleted = sum(f.num_deletions for f in fragments)
+    sizes = [d.file_size_bytes for f in fragments for d in f.files]
+    plan = lance.Compaction.plan(ds, options)
+    return {
+        "uri": ds.uri,
+        "version": ds.version,
+        "num_versions": len(ds.versions()),
+        "num_tags": len(ds.tags.list()),
+        "num_fragments": len(fragments),
+        "num_small_fragments": sum(1 for f in fragments if f.physical_rows < options.target_rows_per_fragment),
+        "num_rows": physical - deleted,
+        "num_deleted_rows": deleted,
+        "deleted_row_ratio": deleted / physical if physical else 0.0,
+        "num_data_files": len(sizes),
+        "data_bytes": sum(s for s in sizes if s),
+        "data_bytes_complete": all(s is not None for s in sizes),
+        "compaction_tasks": len(plan.tasks),
+        "compaction_source_fragments": sum(len(t.fragments) for t in plan.tasks),
+        "fragments_skipped_indexed": plan.fragments_skipped_indexed,
+        "needs_compaction": bool(plan.tasks),
+    }
+
+
+class _LanceMaintenanceOperator(BaseOperator):
+    """Common parts: the hook, the uri, and asset events."""
+
+    ui_color = "#e8f0fe"
+    creates_version: ClassVar[bool] = False
+
+    def __init__(self, *, uri: str, lance_conn_id: str | None = DEFAULT_CONN_ID, **kwargs: Any) -> None:
+        if self.creates_version:
+            _with_dataset_outlet(uri, kwargs)
+        super().__init__(**kwargs)
+        self.uri = uri
+        self.lance_conn_id = lance_conn_id
+
+    @cached_property
+    def hook(self) -> LanceHook:
+        """The Lance hook (created on first use, never at DAG parse time)."""
+        return LanceHook(self.lance_conn_id)
+
+    def _emit(self, context: Context, summary: dict[str, Any]) -> dict[str, Any]:
+        """Set ``summary`` as the extra of this dataset's outlet event(s); return it."""
+        asset = create_asset(uri=summary["uri"])
+        for outlet in self.outlets or []:
+            if isinstance(outlet, AssetAlias):
+                context["outlet_events"][outlet].add(asset, extra=dict(summary))
+            elif getattr(outlet, "uri", None) == asset.uri:
+                context["outlet_events"][outlet].extra = dict(summary)
+        return summary
+
+
+class LanceDatasetStatsOperator(_LanceMaintenanceOperator):
+    """Report the shape of a Lance dataset, to decide whether maintenance is worth running.
+
+    :param uri: the dataset (URI, local path, ``lance+`` asset URI or name below the
+        connection's root). (templated)
+    :param compaction_options: the options compaction would run with (pylance names:
+        ``target_rows_per_fragment``, ``materialize_deletions_threshold``, ...); they define
+        what a small fragment is and whether compaction has work. (templated)
+    :param lance_conn_id: the ``lance`` connection.
+
+    Returns ``{"uri", "version", "num_versions", "num_tags", "num_fragments",
+    "num_small_fragments", "num_rows", "num_deleted_rows", "deleted_row_ratio",
+    "num_data_files", "data_bytes", "data_bytes_complete", "compaction_tasks",
+    "compaction_source_fragments", "fragments_skipped_indexed", "needs_compaction"}``.
+    ``needs_compaction`` is true when a compaction plan with these options has tasks.
+    ``data_bytes`` sums the sizes recorded in the manifest (``data_bytes_complete`` is false
+    when some data file has no recorded size).
+    """
+
+    template_fields: Sequence[str] = ("uri", "compaction_options")
+    template_fields_renderers: ClassVar[dict[str, str]] = {"compaction_options": "json"}
+
+    def __init__(
+        self,
+        *,
+        uri: str,
+        compaction_options: Mapping[str, Any] | None = None,
+        lance_conn_id: str | None = DEFAULT_CONN_ID,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(uri=uri, lance_conn_id=lance_conn_id, **kwargs)
+        self.compaction_options = dict(compaction_options or {})
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        ds = self.hook.get_dataset(self.uri)
+        stats = dataset_stats(ds, compaction_options(self.compaction_options))
+        self.log.info(
+            "%s version %d: %d fragments (%d small), %d rows, %.1f%% deleted, %d versions, %d data bytes; "
+            "compaction %s (%d tasks)",
+            ds.uri, ds.version, stats["num_fragments"], stats["num_small_fragments"], stats["num_rows"],
+            100 * stats["deleted_row_ratio"], stats["num_versions"], stats["data_bytes"],
+            "needed" if stats["needs_compaction"] else "not needed", stats["compaction_tasks"],
+        )
+        return stats
+
+
+class LanceCompactFilesOperator(_LanceMaintenanceOperator):
+    """Merge small fragments and materialise deletions (Lance's ``compact_files``).
+
+    Mode ``local`` plans, rewrites and commits in the worker. The commit uses the plan's read
+    version: a delete committed concurrently fails the task with a retryable conflict (the
+    files written for it are removed), it never brings deleted rows back.
+
+    :param uri: the dataset (URI, local path, ``lance+`` asset URI or name below the
+        connection's root). (templated)
+    :param compaction_options: pylance's ``compact_files`` options:
+        ``target_rows_per_fragment``, ``max_bytes_per_file``, ``materialize_deletions``,
+        ``materialize_deletions_threshold``, ``max_source_fragments``, ``max_source_rows``,
+        ``excluded_fragment_ids``. (templated)
+    :param mode: ``local`` (the only mode so far). (templated)
+    :param skip_when_nothing_to_compact: mark the task skipped when the plan has no tasks
+        (default); otherwise return zero metrics.
+    :param lance_conn_id: the ``lance`` connection.
+
+    Returns ``{"uri", "version", "read_version", "fragments_before", "fragments_after",
+    "fragments_removed", "fragments_added", "files_removed", "files_added", "rows", "bytes",
+    "fragments_skipped_indexed", "seconds"}`` and sets it as the extra of the dataset's asset
+    event.
+    """
+
+    template_fields: Sequence[str] = ("uri", "compaction_options", "mode")
+    template_fields_renderers: ClassVar[dict[str, str]] = {"compaction_options": "json"}
+    creates_version = True
+
+    def __init__(
+        self,
+        *,
+        uri: str,
+        compaction_options: Mapping[str, Any] | None = None,
+        mode: str = "local",
+        skip_when_nothing_to_compact: bool = True,
+        lance_conn_id: str | None = DEFAULT_CONN_ID,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(uri=uri, lance_conn_id=lance_conn_id, **kwargs)
+        self.compaction_options = dict(compaction_options or {})
+        self.mode = mode
+        self.skip_when_nothing_to_compact = skip_when_nothing_to_compact
+        if "{{" not in str(mode):
+            self._check_mode(mode)
+
+    @staticmethod
+    def _check_mode(mode: str) -> str:
+        if mode not in COMPACTION_MODES:
+            raise ValueError(f"mode must be one of {COMPACTION_MODES}, not {mode!r}")
+        return mode
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        self._check_mode(self.mode)
+        options = compaction_options(self.compaction_options)
+        ds = self.hook.get_dataset(self.uri)
+        before = len(ds.get_fragments())
+        plan = lance.Compaction.plan(ds, options)
+        if not plan.tasks:
+            message = f"Nothing to compact in {ds.uri} at version {ds.version} ({before} fragments)"
+            if plan.fragments_skipped_indexed:
+                message += f"; {plan.fragments_skipped_indexed} fragments left alone because an index covers them"
+            if self.skip_when_nothing_to_compact:
+                raise AirflowSkipException(message)
+            self.log.info(message)
+            metrics = lance.CompactionMetrics(fragments_skipped_indexed=plan.fragments_skipped_indexed)
+            return self._summary(ds, ds, before, metrics, 0.0)
+        self.log.info("Compacting %s at version %d: %d tasks over %d of %d fragments", ds.uri, ds.version,
+                      len(plan.tasks), sum(len(t.fragments) for t in plan.tasks), before)
+        start = time.monotonic()
+        metrics = lance.compact_files(ds, **dataclasses.asdict(options))
+        seconds = time.monotonic() - start
+        after_ds = self.hook.get_dataset(self.uri)
+        summary = self._summary(ds, after_ds, before, metrics, seconds)
+        self.log.info(
+            "Compacted %s: version %d -> %d, fragments %d -> %d (%d removed, %d added), %d rows and %d bytes "
+            "rewritten, %d files removed, in %.2f s", ds.uri, ds.version, after_ds.version, before,
+            summary["fragments_after"], metrics.fragments_removed, metrics.fragments_added, metrics.rows,
+            metrics.bytes, metrics.files_removed, seconds,
+        )
+        if metrics.fragments_skipped_indexed:
+            self.log.warning("%d fragments were not compacted because an index covers them",
+                             metrics.fragments_skipped_indexed)
+        return self._emit(context, summary)
+
+    @staticmethod
+    def _summary(ds: lance.LanceDataset, after: lance.LanceDataset, before: int,
+                 metrics: lance.CompactionMetrics, seconds: float) -> dict[str, Any]:
+        return {
+            "uri": ds.uri,
+            "version": after.version,
+            "read_version": ds.version,
+            "fragments_before": before,
+            "fragments_after": len(after.get_fragments()),
+            **metrics.to_json(),
+            "seconds": round(seconds, 3),
+        }
+
+
+class LanceCleanupOldVersionsOperator(_LanceMaintenanceOperator):
+    """Remove old versions and the files only they reference (Lance's ``cleanup_old_versions``).
+
+    The latest version, recent versions and tagged versions are kept with everything they
+    reference; unreferenced files younger than 7 days are kept unless ``delete_unverified``.
+
+    :param uri: the dataset (URI, local path, ``lance+`` asset URI or name below the
+        connection's root). (templated)
+    :param older_than: versions older than this go: a ``timedelta`` or a number of days
+        (default 14 days when ``retain_versions`` is not given either). (templated)
+    :param retain_versions: always keep this many newest versions. (templated)
+    :param delete_unverified: also delete unreferenced files younger than 7 days (only
+        when no writer can be running). (templated)
+    :param error_if_tagged_old_versions: fail (deleting nothing) when a tagged version is
+        old; otherwise tagged versions are kept silently. (templated)
+    :param dry_run: list what would be removed, remove nothing. (templated)
+    :param lance_conn_id: the ``lance`` connection.
+
+    Returns ``{"uri", "version", "dry_run", "old_versions", "bytes_removed", "files_removed",
+    "data_files_removed", "deletion_files_removed", "transaction_files_removed",
+    "index_files_removed", "failed_deletes", "versions_before", "versions_after"}``, plus
+    ``files`` (at most 1,000 paths relative to the dataset) in a dry run. No version is
+    created; the dict becomes the extra of the dataset's event only if the dataset's asset
+    (or an ``AssetAlias``) is among ``outlets``.
+    """
+
+    template_fields: Sequence[str] = (
+        "uri", "older_than", "retain_versions", "delete_unverified", "error_if_tagged_old_versions", "dry_run",
+    )
+
+    def __init__(
+        self,
+        *,
+        uri: str,
+        older_than: dt.timedelta | float | str | None = None,
+        retain_versions: int | str | None = None,
+        delete_unverified: bool | str = False,
+        error_if_tagged_old_versions: bool | str = True,
+        dry_run: bool | str = False,
+        lance_conn_id: str | None = DEFAULT_CONN_ID,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(uri=uri, lance_conn_id=lance_conn_id, **kwargs)
+        self.older_than = older_than
+        self.retain_versions = retain_versions
+        self.delete_unverified = delete_unverified
+        self.error_if_tagged_old_versions = error_if_tagged_old_versions
+        self.dry_run = dry_run
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        older_than = _as_older_than(self.older_than)
+        retain_versions = _as_optional_int("retain_versions", self.retain_versions)
+        dry_run = _as_bool("dry_run", self.dry_run)
+        ds = self.hook.get_dataset(self.uri)
+        versions_before = len(ds.versions())
+        stats = lance.cleanup_old_versions(
+            ds,
+            older_than=older_than,
+            retain_versions=retain_versions,
+            delete_unverified=_as_bool("delete_unverified", self.delete_unverified),
+            error_if_tagged_old_versions=_as_bool("error_if_tagged_old_versions", self.error_if_tagged_old_versions),
+            dry_run=dry_run,
+        )
+        versions_after = versions_before if dry_run else len(self.hook.get_dataset(self.uri).versions())
+        summary: dict[str, Any] = {"uri": ds.uri, "version": ds.version}
+        summary.update({k: v for k, v in dataclasses.asdict(stats).items() if k != "files"})
+        summary.update(versions_before=versions_before, versions_after=versions_after)
+        if dry_run:
+            summary["files"] = list(stats.files[:MAX_LISTED_FILES])
+            self.log.info("Dry run on %s: would remove %d old versions, %d files, %d bytes", ds.uri,
+                          stats.old_versions, stats.files_removed, stats.bytes_removed)
+            for path in stats.files[:MAX_LISTED_FILES]:
+                self.log.info("  would remove %s", path)
+        else:
+            self.log.info("Cleaned up %s: removed %d old versions (%d -> %d), %d files, %d bytes reclaimed",
+                          ds.uri, stats.old_versions, versions_before, versions_after, stats.files_removed,
+                          stats.bytes_removed)
+            if stats.failed_deletes:
+                self.log.warning("%d files could not be deleted", stats.failed_deletes)
+        return self._emit(context, summary)
+
+
+class LanceCreateTagOperator(_LanceMaintenanceOperator):
+    """Create a tag (or move an existing one) on a version of a Lance dataset.
+
+    :param uri: the dataset (URI, local path, ``lance+`` asset URI or name below the
+        connection's root). (templated)
+    :param tag: the tag name. (templated)
+    :param version: the version to tag (default: the latest). (templated)
+    :param update_existing: move the tag when it exists already (default: fail). (templated)
+    :param lance_conn_id: the ``lance`` connection.
+
+    Returns ``{"uri", "tag", "version", "previous_version"}`` (``previous_version`` is the
+    version the tag pointed at before, or None).
+    """
+
+    template_fields: Sequence[str] = ("uri", "tag", "version", "update_existing")
+
+    def __init__(
+        self,
+        *,
+        uri: str,
+        tag: str,
+        version: int | str | None = None,
+        update_existing: bool | str = False,
+        lance_conn_id: str | None = DEFAULT_CONN_ID,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(uri=uri, lance_conn_id=lance_conn_id, **kwargs)
+        self.tag = tag
+        self.version = version
+        self.update_existing = update_existing
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        ds = self.hook.get_dataset(self.uri)
+        version = _as_optional_int("version", self.version)
+        version = ds.version if version is None else version
+        previous = ds.tags.list().get(self.tag)
+        previous_version = previous["version"] if previous is not None else None
+        if previous is not None and _as_bool("update_existing", self.update_existing):
+            ds.tags.update(self.tag, version)
+            self.log.info("Moved tag %r of %s from version %d to version %d", self.tag, ds.uri,
+                          previous_version, version)
+        else:
+            ds.tags.create(self.tag, version)
+            self.log.info("Tagged version %d of %s as %r", version, ds.uri, self.tag)
+        return self._emit(context, {"uri": ds.uri, "tag": self.tag, "version": version,
+                                    "previous_version": previous_version})
+
+
+class LanceDeleteTagOperator(_LanceMaintenanceOperator):
+    """Delete a tag of a Lance dataset (its version becomes eligible for cleanup).
+
+    :param uri: the dataset (URI, local path, ``lance+`` asset URI or name below the
+        connection's root). (templated)
+    :param tag: the tag name. (templated)
+    :param missing_ok: succeed when the tag does not exist (default: fail). (templated)
+    :param lance_conn_id: the ``lance`` connection.
+
+    Returns ``{"uri", "tag", "version"}`` (the version the tag pointed at; None if missing).
+    """
+
+    template_fields: Sequence[str] = ("uri", "tag", "missing_ok")
+
+    def __init__(
+        self,
+        *,
+        uri: str,
+        tag: str,
+        missing_ok: bool | str = False,
+        lance_conn_id: str | None = DEFAULT_CONN_ID,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(uri=uri, lance_conn_id=lance_conn_id, **kwargs)
+        self.tag = tag
+        self.missing_ok = missing_ok
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        ds = self.hook.get_dataset(self.uri)
+        entry = ds.tags.list().get(self.tag)
+        if entry is None:
+            if _as_bool("missing_ok", self.missing_ok):
+                self.log.info("Tag %r of %s does not exist; nothing to delete", self.tag, ds.uri)
+                return {"uri": ds.uri, "tag": self.tag, "version": None}
+            raise lance.TagNotFoundError(f"tag {self.tag!r} does not exist in {ds.uri}")
+        ds.tags.delete(self.tag)
+        self.log.info("Deleted tag %r (version %d) of %s", self.tag, entry["version"], ds.uri)
+        return self._emit(context, {"uri": ds.uri, "tag": self.tag, "version": entry["version"]})
+
+
+class LanceRestoreOperator(_LanceMaintenanceOperator):
+    """Make an old version (or a tagged one) the latest version, as a new commit.
+
+    :param uri: the dataset (URI, local path, ``lance+`` asset URI or name below the
+        connection's root). (templated)
+    :param version: the version number or tag to restore. (templated)
+    :param lance_conn_id: the ``lance`` connection.
+
+    Returns ``{"uri", "version", "restored_version", "read_version", "num_rows"}``
+    (``version`` is the new version) and sets it as the extra of the dataset's asset event.
+    """
+
+    template_fields: Sequence[str] = ("uri", "version")
+    creates_version = True
+
+    def __init__(
+        self,
+        *,
+        uri: str,
+        version: int | str,
+        lance_conn_id: str | None = DEFAULT_CONN_ID,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(uri=uri, lance_conn_id=lance_conn_id, **kwargs)
+        self.version = version
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        target: int | str = self.version
+        if isinstance(target, str) and target.strip().isdigit():
+            target = int(target)
+        old = self.hook.get_dataset(self.uri, target)
+        read_version = old.latest_version
+        new = old.restore()
+        num_rows = new.count_rows()
+        self.log.info("Restored %s to version %d (%s) as new version %d (read version %d): %d rows", new.uri,
+                      old.version, target, new.version, read_version, num_rows)
+        return self._emit(context, {"uri": new.uri, "version": new.version, "restored_version": old.version,
+                                    "read_version": read_version, "num_rows": num_rows})

@@ -1,0 +1,423 @@
+"""``LanceSparkWriteOperator``: write a Spark source into a Lance dataset, committed once.
+
+1. If this task instance's commit already landed (a retry after a failure that
+   happened after the commit), return that version: nothing is run or committed again.
+2. Otherwise run :mod:`airflow_lance.spark.job` through ``SparkSubmitHook``: executors
+   write fragments; the job validates the row count and stages the fragment list
+   (a staged result of an earlier try of the same write is reused instead).
+3. Commit one Append / Overwrite (or the dataset's first version) from the staged
+   fragments, with an idempotency key built from dag_id, run_id, task_id and map_index:
+   a retried task never appends twice and never loses its rows.
+4. Return a JSON-ready summary and set it as the extra of the dataset's asset event.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, ClassVar, get_args
+
+import psutil
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+from airflow.providers.common.compat.sdk import AirflowException, AssetAlias, BaseOperator
+
+import airflow_lance.core as lance
+from airflow_lance.assets.lance import create_asset
+from airflow_lance.connection import DEFAULT_CONN_ID
+from airflow_lance.hooks.lance import LanceHook
+from airflow_lance.operators._spark_code import build_code_zip, write_launcher
+from airflow_lance.spark.spec import (
+    MAX_BYTES_PER_FILE,
+    MAX_ROWS_PER_FILE,
+    SourceSpec,
+    WriteJobResult,
+    WriteJobSpec,
+    WriteMode,
+    staging_location,
+)
+
+if TYPE_CHECKING:
+    from airflow.providers.common.compat.sdk import Context
+
+
+class LanceSparkJobError(AirflowException):
+    """The Spark write job failed; nothing was committed."""
+
+
+class LanceStagedResultError(AirflowException):
+    """The staged job result cannot be committed (missing, stale or inconsistent)."""
+
+
+def default_idempotency_key(context: Context) -> str:
+    """``dag_id/run_id/task_id/map_index`` of the running task instance (not the try number)."""
+    ti = context["ti"]
+    return f"{ti.dag_id}/{ti.run_id}/{ti.task_id}/{ti.map_index}"
+
+
+def _is_static_absolute(uri: Any) -> bool:
+    if not isinstance(uri, str) or "{{" in uri or "{%" in uri:
+        return False
+    return "://" in uri or os.path.isabs(uri)
+
+
+def _summary(uri: str, mode: str, version: int, read_version: int, fragments: Sequence[lance.FragmentMetadata],
+             num_rows: int, bytes_written: int) -> dict[str, Any]:
+    return {
+        "uri": uri,
+        "mode": mode,
+        "version": version,
+        "read_version": read_version,
+        "num_rows": num_rows,
+        "num_fragments": len(fragments),
+        "bytes_written": bytes_written,
+    }
+
+
+class LanceSparkWriteOperator(BaseOperator):
+    """Write data read by Spark into a Lance dataset, as one idempotent commit.
+
+    :param uri: the dataset: a URI, a local path, a ``lance+`` asset URI, or a name
+        resolved below the connection's dataset root. (templated)
+    :param mode: ``create`` (fails if the dataset exists), ``append`` (creates it when
+        missing) or ``overwrite``. (templated)
+    :param source_path: Spark-readable path or list of paths. (templated)
+    :param source_format: Spark data source of ``source_path`` (default ``parquet``). (templated)
+    :param source_options: options of the Spark reader. (templated)
+    :param source_sql: a Spark SQL query; a ``.sql`` file is read as a template. (templated)
+    :param source_callable: ``"package.module:function"``; called with the SparkSession, it
+        returns the DataFrame. Ship its module with ``py_files``. (templated)
+    :param lance_conn_id: the ``lance`` connection (dataset root, storage options).
+    :param spark_conn_id: the ``spark`` connection (master, deploy mode, ...).
+    :param conf: Spark configuration. (templated)
+    :param py_files: extra Python files for the job (the Lance code is shipped automatically). (templated)
+    :param jars: extra jars (comma-separated). (templated)
+    :param packages: Maven coordinates, e.g. ``org.apache.hadoop:hadoop-aws:3.4.1``. (templated)
+    :param executor_cores: cores per executor.
+    :param executor_memory: memory per executor, e.g. ``4g``.
+    :param driver_memory: driver memory, e.g. ``2g``.
+    :param num_executors: executors to launch (YARN).
+    :param total_executor_cores: total cores (standalone / Mesos).
+    :param num_partitions: repartition the source to this many writers before writing.
+    :param max_rows_per_file: rows per data file (pylance's default 1,048,576).
+    :param max_bytes_per_file: bytes per data file.
+    :param data_storage_version: Lance file format of a new dataset (``"2.0"``, ``"2.1"``,
+        ``"2.2"``; default: the core's, as pylance's). Appends keep the dataset's format.
+    :param staging_uri: directory for the staged job result (default
+        ``<dataset>/_airflow_staging``). (templated)
+    :param idempotency_key: override the key (default ``dag_id/run_id/task_id/map_index``);
+        a key already committed within the last 100 versions makes the task a no-op. (templated)
+    :param commit_message: stored as the version's commit message. (templated)
+    :param spark_binary: ``spark-submit`` by default.
+    :param spark_submit_kwargs: further ``SparkSubmitHook`` arguments (keytab, principal,
+        proxy_user, properties_file, yarn_queue, deploy_mode, ...).
+
+    Returns ``{"uri", "mode", "version", "read_version", "num_rows", "num_fragments",
+    "bytes_written"}``. A dataset given by a static URI or path is added to ``outlets``;
+    the event of each outlet naming this dataset carries that dict as its extra. For a
+    dataset named relative to the connection's root, add an ``AssetAlias`` to ``outlets``:
+    the operator adds the dataset's asset event (with that extra) to it.
+    """
+
+    template_fields: Sequence[str] = (
+        "uri",
+        "mode",
+        "source_path",
+        "source_format",
+        "source_options",
+        "source_sql",
+        "source_callable",
+        "conf",
+        "py_files",
+        "jars",
+        "packages",
+        "staging_uri",
+        "idempotency_key",
+        "commit_message",
+    )
+    template_ext: Sequence[str] = (".sql",)
+    template_fields_renderers: ClassVar[dict[str, str]] = {
+        "source_sql": "sql", "conf": "json", "source_options": "json"}
+    ui_color = "#e4f0e8"
+
+    def __init__(
+        self,
+        *,
+        uri: str,
+        mode: str = "append",
+        source_path: str | Sequence[str] | None = None,
+        source_format: str | None = None,
+        source_options: Mapping[str, Any] | None = None,
+        source_sql: str | None = None,
+        source_callable: str | None = None,
+        lance_conn_id: str | None = DEFAULT_CONN_ID,
+        spark_conn_id: str = "spark_default",
+        conf: Mapping[str, Any] | None = None,
+        py_files: str | None = None,
+        jars: str | None = None,
+        packages: str | None = None,
+        executor_cores: int | None = None,
+        executor_memory: str | None = None,
+        driver_memory: str | None = None,
+        num_executors: int | None = None,
+        total_executor_cores: int | None = None,
+        num_partitions: int | None = None,
+        max_rows_per_file: int = MAX_ROWS_PER_FILE,
+        max_bytes_per_file: int = MAX_BYTES_PER_FILE,
+        data_storage_version: str | None = None,
+        staging_uri: str | None = None,
+        idempotency_key: str | None = None,
+        commit_message: str | None = None,
+        spark_binary: str | None = None,
+        spark_submit_kwargs: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if _is_static_absolute(uri):
+            outlets = list(kwargs.get("outlets") or [])
+            asset = create_asset(uri=uri)
+            if all(getattr(o, "uri", None) != asset.uri for o in outlets):
+                outlets.append(asset)
+            kwargs["outlets"] = outlets
+        super().__init__(**kwargs)
+        self.uri = uri
+        self.mode = mode
+        self.source_path = source_path
+        self.source_format = source_format
+        self.source_options = dict(source_options or {})
+        self.source_sql = source_sql
+        self.source_callable = source_callable
+        self.lance_conn_id = lance_conn_id
+        self.spark_conn_id = spark_conn_id
+        self.conf = dict(conf or {})
+        self.py_files = py_files
+        self.jars = jars
+        self.packages = packages
+        self.executor_cores = executor_cores
+        self.executor_memory = executor_memory
+        self.driver_memory = driver_memory
+        self.num_executors = num_executors
+        self.total_executor_cores = total_executor_cores
+        self.num_partitions = num_partitions
+        self.max_rows_per_file = max_rows_per_file
+        self.max_bytes_per_file = max_bytes_per_file
+        self.data_storage_version = data_storage_version
+        self.staging_uri = staging_uri
+        self.idempotency_key = idempotency_key
+        self.commit_message = commit_message
+        self.spark_binary = spark_binary
+        self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
+        self._spark_hook: SparkSubmitHook | None = None
+        if "{{" not in str(mode):
+            self._check_mode(mode)
+        sources = [s for s in (source_path, source_sql, source_callable) if s not in (None, "", [], ())]
+        if len(sources) != 1:
+            raise ValueError(f"{self.task_id}: give exactly one of source_path, source_sql and source_callable")
+
+    @staticmethod
+    def _check_mode(mode: str) -> WriteMode:
+        if mode not in get_args(WriteMode):
+            raise ValueError(f"mode must be one of {get_args(WriteMode)}, not {mode!r}")
+        return mode  # type: ignore[return-value]
+
+    @cached_property
+    def hook(self) -> LanceHook:
+        """The Lance hook (created on first use, never at DAG parse time)."""
+        return LanceHook(self.lance_conn_id)
+
+    # -- execution --------------------------------------------------------------------------
+    def execute(self, context: Context) -> dict[str, Any]:
+        start = time.monotonic()
+        mode = self._check_mode(self.mode)
+        uri = self.hook.resolve_uri(self.uri)
+        key = self.idempotency_key or default_idempotency_key(context)
+        if context["ti"].try_number > 1 or self.idempotency_key:
+            landed = self.hook.find_idempotent_commit(uri, key)
+            if landed is not None:
+                self.log.info("This write already committed version %d of %s; nothing to do", landed.version, uri)
+                WriteJobResult.discard(*staging_location(uri, key, self.staging_uri), self.hook.storage_options)
+                return self._finish(context, self._summary_of_landed(landed, mode))
+        spec = self._spec(uri, mode, key)
+        self.log.info("Lance %s of %s (read version %d) from %s", mode, uri, spec.read_version,
+                      spec.source.describe())
+        staged = self._reusable_result(spec)
+        if staged is None:
+            staged = self._run_job(spec)
+        self.log.info("Staged %d fragments: %d rows, %d bytes (Spark job %.1f s)", len(staged.fragments),
+                      staged.num_rows, staged.bytes_written, staged.elapsed_seconds)
+        summary = self._commit(spec, staged, key, context)
+        WriteJobResult.discard(spec.staging_root, spec.staging_name, spec.storage_options)
+        self.log.info("Lance %s of %s done in %.1f s: version %d, %d rows", mode, uri, time.monotonic() - start,
+                      summary["version"], summary["num_rows"])
+        return self._finish(context, summary)
+
+    def _spec(self, uri: str, mode: WriteMode, key: str) -> WriteJobSpec:
+        existing = self.hook.dataset_or_none(uri)
+        if mode == "create" and existing is not None:
+            raise lance.DatasetAlreadyExistsError(f"dataset {uri} already exists (use mode='append' or 'overwrite')")
+        job_mode: WriteMode = "create" if existing is None and mode == "append" else mode
+        staging_root, staging_name = staging_location(uri, key, self.staging_uri)
+        return WriteJobSpec(
+            uri=uri,
+            mode=job_mode,
+            source=SourceSpec.from_fields(path=self.source_path, format=self.source_format,
+                                          options=self.source_options, sql=self.source_sql,
+                                          callable=self.source_callable),
+            read_version=existing.version if existing is not None else 0,
+            staging_root=staging_root,
+            staging_name=staging_name,
+            storage_options=self.hook.storage_options,
+            max_rows_per_file=self.max_rows_per_file,
+            max_bytes_per_file=self.max_bytes_per_file,
+            num_partitions=self.num_partitions,
+            data_storage_version=self.data_storage_version,
+        )
+
+    def _reusable_result(self, spec: WriteJobSpec) -> WriteJobResult | None:
+        """The result an earlier try staged for this very write, if all its files are there."""
+        staged = WriteJobResult.load(spec.staging_root, spec.staging_name, spec.storage_options)
+        if staged is None or staged.spec_digest != spec.digest():
+            return None
+        missing = staged.missing_files(spec.uri, spec.storage_options)
+        if missing:
+            self.log.warning("Not reusing the staged result of an earlier try: %d data files are missing",
+                             len(missing))
+            return None
+        self.log.info("Reusing the Spark output staged by an earlier try of this task")
+        return staged
+
+    def _submit_hook(self, spec_file: str, code_zip: str) -> SparkSubmitHook:
+        kwargs: dict[str, Any] = {
+            "conf": self.conf,
+            "conn_id": self.spark_conn_id,
+            "files": spec_file,
+            "py_files": ",".join([code_zip, *([self.py_files] if self.py_files else [])]),
+            "jars": self.jars,
+            "packages": self.packages,
+            "executor_cores": self.executor_cores,
+            "executor_memory": self.executor_memory,
+            "driver_memory": self.driver_memory,
+            "num_executors": self.num_executors,
+            "total_executor_cores": self.total_executor_cores,
+            "name": f"airflow-lance-{self.task_id}",
+            "application_args": [spec_file],
+            **self.spark_submit_kwargs,
+        }
+        if self.spark_binary:
+            kwargs["spark_binary"] = self.spark_binary
+        return SparkSubmitHook(**kwargs)
+
+    def _run_job(self, spec: WriteJobSpec) -> WriteJobResult:
+        with tempfile.TemporaryDirectory(prefix="airflow-lance-") as tmp:  # mode 0700: the spec holds credentials
+            spec_file = os.path.join(tmp, f"lance-write-{spec.digest()[:12]}.json")
+            fd = os.open(spec_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                handle.write(spec.to_json())
+            self._spark_hook = self._submit_hook(spec_file, str(build_code_zip(tmp)))
+            try:
+                self._spark_hook.submit(str(write_launcher(tmp)))
+            except AirflowException as exc:
+                raise LanceSparkJobError(f"the Spark write job for {spec.uri} failed; nothing was committed. {exc}") \
+                    from exc
+            finally:
+                self._release_spark_hook()
+        staged = WriteJobResult.load(spec.staging_root, spec.staging_name, spec.storage_options)
+        if staged is None or staged.spec_digest != spec.digest():
+            raise LanceStagedResultError(f"the Spark job for {spec.uri} finished without staging its result")
+        return staged
+
+    def _commit(self, spec: WriteJobSpec, staged: WriteJobResult, key: str, context: Context) -> dict[str, Any]:
+        fragments = staged.fragments
+        if sum(f.physical_rows for f in fragments) != staged.num_rows:
+            raise LanceStagedResultError(
+                f"staged fragments of {spec.uri} do not hold the {staged.num_rows} rows counted"
+            )
+        if spec.mode == "append" and not fragments:
+            self.log.info("The source is empty: nothing to append, no version committed")
+            return _summary(spec.uri, self.mode, spec.read_version, spec.read_version, fragments, 0, 0)
+        operation: lance.LanceOperation.BaseOperation
+        if spec.mode == "append":
+            operation = lance.LanceOperation.Append(list(fragments))
+        else:
+            if staged.schema is None:
+                raise LanceStagedResultError(f"the staged result for {spec.uri} has no schema")
+            if spec.mode == "create" and self.hook.latest_version(spec.uri) is not None:
+                raise lance.DatasetAlreadyExistsError(f"dataset {spec.uri} was created while the Spark job ran")
+            operation = lance.LanceOperation.Overwrite(staged.schema, list(fragments))
+        commit_start = time.monotonic()
+        ds = self.hook.commit(
+            spec.uri,
+            operation,
+            spec.read_version,
+            idempotency_key=key,
+            transaction_properties=self._transaction_properties(context),
+            commit_message=self.commit_message or f"airflow-lance {self.mode} by {context['ti'].dag_id}."
+            f"{context['ti'].task_id}",
+        )
+        self.log.info("Committed version %d of %s (read version %d) in %.2f s", ds.version, spec.uri,
+                      spec.read_version, time.monotonic() - commit_start)
+        return _summary(spec.uri, self.mode, ds.version, spec.read_version, fragments, staged.num_rows,
+                        staged.bytes_written)
+
+    @staticmethod
+    def _transaction_properties(context: Context) -> dict[str, str]:
+        ti = context["ti"]
+        return {
+            "airflow.dag_id": str(ti.dag_id),
+            "airflow.run_id": str(ti.run_id),
+            "airflow.task_id": str(ti.task_id),
+            "airflow.map_index": str(ti.map_index),
+            "airflow.try_number": str(ti.try_number),
+        }
+
+    def _summary_of_landed(self, ds: lance.LanceDataset, mode: str) -> dict[str, Any]:
+        txn = ds.read_transaction()
+        fragments = list(getattr(txn.operation, "fragments", ())) if txn is not None else []
+        return _summary(
+            ds.uri, mode, ds.version, txn.read_version if txn is not None else ds.version - 1, fragments,
+            sum(f.physical_rows for f in fragments),
+            sum(d.file_size_bytes or 0 for f in fragments for d in f.files),
+        )
+
+    def _finish(self, context: Context, summary: dict[str, Any]) -> dict[str, Any]:
+        """Put the summary into the extra of this dataset's outlet event (an outlet asset with the
+        dataset's URI, or an event added to each outlet ``AssetAlias``); return it."""
+        asset = create_asset(uri=summary["uri"])
+        for outlet in self.outlets or []:
+            if isinstance(outlet, AssetAlias):
+                context["outlet_events"][outlet].add(asset, extra=dict(summary))
+            elif getattr(outlet, "uri", None) == asset.uri:
+                context["outlet_events"][outlet].extra = dict(summary)
+        return summary
+
+    def _release_spark_hook(self) -> None:
+        # SparkSubmitHook never closes the pipe it reads spark-submit's output from (a ResourceWarning).
+        process = getattr(self._spark_hook, "_submit_sp", None)
+        if process is not None and process.stdout is not None:
+            process.stdout.close()
+        self._spark_hook = None
+
+    def on_kill(self) -> None:
+        """Cancel the running Spark job (nothing is committed).
+
+        ``SparkSubmitHook.on_kill`` kills spark-submit (and the driver or application on a
+        cluster); the local processes it started (the PySpark driver in client mode and its
+        workers) would outlive it, so they are killed too.
+        """
+        hook = self._spark_hook
+        if hook is None:
+            return
+        process = getattr(hook, "_submit_sp", None)
+        children: list[psutil.Process] = []
+        if process is not None and process.poll() is None:
+            with contextlib.suppress(psutil.Error):
+                children = psutil.Process(process.pid).children(recursive=True)
+        hook.on_kill()
+        for child in children:
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+
+
+__all__ = ["LanceSparkJobError", "LanceSparkWriteOperator", "LanceStagedResultError", "default_idempotency_key"]

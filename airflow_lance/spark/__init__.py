@@ -1,0 +1,6 @@
+"""The PySpark write job: runs on Spark drivers and executors.
+
+Imports ``airflow_lance.core`` and PySpark only, never Airflow, so a cluster needs
+nothing but pyarrow, protobuf, pyroaring and fsspec (the operator ships this code
+as a zip through ``--py-files``).
+"""

@@ -1,0 +1,126 @@
+"""spark-submit entry point of the Lance write job: ``main([spec_file])``.
+
+Reads the :class:`~airflow_lance.spark.spec.WriteJobSpec` (a file shipped with
+``--files``), loads the source as a DataFrame, writes fragments on the executors,
+validates the row count and stores the :class:`~airflow_lance.spark.spec.WriteJobResult`
+at the staging location. It never commits: the operator does, once, from the staged
+result. Exit status 0 on success, 1 with a one-line ``airflow-lance job failed: ...``
+message (plus the traceback) otherwise. Nothing printed contains storage options.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from airflow_lance.core import dataset
+from airflow_lance.spark.spec import JobSpecError, SourceSpec, WriteJobResult, WriteJobSpec
+from airflow_lance.spark.writer import write_dataframe
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+APP_NAME = "airflow-lance-write"
+
+
+def read_spec(argument: str) -> WriteJobSpec:
+    """Load the spec from ``argument``: a local path, else a file distributed with ``--files``."""
+    candidates = [argument]
+    try:
+        from pyspark import SparkFiles
+
+        candidates.append(SparkFiles.get(os.path.basename(argument)))
+    except Exception:  # noqa: BLE001, S110 - no SparkContext / no distributed files: look in the cwd
+        pass
+    candidates.append(os.path.basename(argument))
+    for path in candidates:
+        if os.path.isfile(path):
+            with open(path, "rb") as handle:
+                return WriteJobSpec.from_json(handle.read())
+    raise JobSpecError(f"job spec file {argument!r} not found (looked in {candidates})")
+
+
+def load_source(spark: SparkSession, source: SourceSpec) -> DataFrame:
+    """The source as a DataFrame: Spark-readable path(s), a SQL query, or ``module:function(spark)``."""
+    from pyspark.sql import DataFrame
+
+    if source.kind == "path":
+        reader = spark.read.format(source.format).options(**source.options)
+        return reader.load(list(source.paths) if len(source.paths) > 1 else source.paths[0])
+    if source.kind == "sql":
+        return spark.sql(source.query or "")
+    module_name, _, function_name = (source.callable or "").partition(":")
+    try:
+        function = getattr(importlib.import_module(module_name), function_name)
+    except (ImportError, AttributeError) as exc:
+        raise JobSpecError(f"cannot import source callable {source.callable!r}: {exc}") from exc
+    result = function(spark)
+    if not isinstance(result, DataFrame):
+        raise JobSpecError(f"source callable {source.callable!r} returned {type(result).__name__}, not a DataFrame")
+    return result
+
+
+def _target_schema(spec: WriteJobSpec) -> pa.Schema | None:
+    """The dataset's schema at the read version, for appends (Spark's types are converted to it)."""
+    if spec.mode != "append":
+        return None
+    return dataset(spec.uri, spec.read_version, storage_options=spec.storage_options).schema
+
+
+def run(spark: SparkSession, spec: WriteJobSpec) -> WriteJobResult:
+    """Write the spec's source as fragments and stage the result; return it."""
+    df = load_source(spark, spec.source)
+    if spec.num_partitions is not None:
+        df = df.repartition(spec.num_partitions)
+    result = write_dataframe(
+        df,
+        uri=spec.uri,
+        mode=spec.mode,
+        storage_options=spec.storage_options,
+        max_rows_per_file=spec.max_rows_per_file,
+        max_bytes_per_file=spec.max_bytes_per_file,
+        target_schema=_target_schema(spec),
+        data_storage_version=spec.data_storage_version,
+        spec_digest=spec.digest(),
+    )
+    result.save(spec.staging_root, spec.staging_name, spec.storage_options)
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """spark-submit entry point; returns the process exit status."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 1:
+        print("usage: job.py <spec.json>", file=sys.stderr)
+        return 2
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.appName(APP_NAME).getOrCreate()
+    try:
+        start = time.monotonic()
+        spec = read_spec(args[0])
+        print(f"airflow-lance job: {spec.mode} {spec.uri} from {spec.source.describe()}", flush=True)
+        result = run(spark, spec)
+        print(
+            f"airflow-lance job: staged {len(result.fragments)} fragments, {result.num_rows} rows, "
+            f"{result.bytes_written} bytes in {time.monotonic() - start:.1f} s (not committed)",
+            flush=True,
+        )
+        return 0
+    except Exception as exc:  # noqa: BLE001 - reported to the operator through the exit status
+        traceback.print_exc()
+        print(f"airflow-lance job failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        spark.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

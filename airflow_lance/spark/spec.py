@@ -1,0 +1,278 @@
+"""The contract between the write operator and the Spark write job.
+
+The operator writes a :class:`WriteJobSpec` as JSON into a private file shipped with
+``--files`` (storage options, which may hold credentials, never go on a command
+line); the job writes fragments, then stores a :class:`WriteJobResult` (the
+``FragmentMetadata`` list, Spark's row count, bytes written, the Arrow schema) at the
+staging location. The job never commits; the operator commits from the result.
+
+Staging location: ``<dataset uri>/_airflow_staging/<key digest>.json`` unless the
+operator is given a ``staging_uri`` directory. Data files are under the dataset's
+``data/`` as usual; files of a failed job are unreferenced and removed by version
+cleanup after its grace period.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, get_args
+
+import pyarrow as pa
+
+from airflow_lance.core import FragmentMetadata, InvalidInputError
+from airflow_lance.core.layout import data_file_path
+from airflow_lance.core.storage import open_store
+
+WriteMode = Literal["create", "append", "overwrite"]
+SourceKind = Literal["path", "sql", "callable"]
+SPEC_VERSION = 1
+STAGING_DIR = "_airflow_staging"
+MAX_ROWS_PER_FILE = 1024 * 1024
+MAX_BYTES_PER_FILE = 90 * 1024**3
+
+
+class JobSpecError(InvalidInputError):
+    """A job spec or staged result is malformed (the message names the field)."""
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise JobSpecError(message)
+
+
+def _positive_int(name: str, value: Any) -> int:
+    _require(isinstance(value, int) and not isinstance(value, bool) and value > 0,
+             f"{name} must be a positive integer, not {value!r}")
+    return int(value)
+
+
+def _string_map(name: str, value: Any) -> dict[str, str]:
+    _require(isinstance(value, Mapping), f"{name} must be a mapping of strings, not {type(value).__name__}")
+    return {str(k): str(v) for k, v in value.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceSpec:
+    """What the job reads: Spark-readable path(s), a Spark SQL query, or ``module:function(spark)``."""
+
+    kind: SourceKind
+    paths: tuple[str, ...] = ()
+    format: str = "parquet"
+    options: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    query: str | None = None
+    callable: str | None = None
+
+    @classmethod
+    def from_fields(
+        cls,
+        *,
+        path: str | Sequence[str] | None = None,
+        format: str | None = None,
+        options: Mapping[str, Any] | None = None,
+        sql: str | None = None,
+        callable: str | None = None,
+    ) -> SourceSpec:
+        """Validate operator fields: exactly one of ``path``, ``sql`` and ``callable``."""
+        fields = (("source_path", path), ("source_sql", sql), ("source_callable", callable))
+        given = [name for name, value in fields if value not in (None, "", [], ())]
+        _require(len(given) == 1,
+                 f"give exactly one of source_path, source_sql, source_callable (got {given or 'none'})")
+        if path not in (None, "", [], ()):
+            paths = (path,) if isinstance(path, str) else tuple(path)  # type: ignore[arg-type]
+            _require(all(isinstance(p, str) and p for p in paths), "source_path must be a path or a list of paths")
+            _require(isinstance(format or "parquet", str), "source_format must be a string")
+            options = _string_map("source_options", options or {})
+            return cls("path", paths=paths, format=format or "parquet", options=options)
+        _require(not options and not format, "source_format and source_options apply to source_path only")
+        if sql not in (None, ""):
+            _require(isinstance(sql, str), "source_sql must be a string")
+            return cls("sql", query=sql)
+        _require(isinstance(callable, str) and callable.count(":") == 1 and all(callable.split(":")),
+                 f"source_callable must look like 'package.module:function', not {callable!r}")
+        return cls("callable", callable=callable)
+
+    def describe(self) -> str:
+        """A log-friendly description (option values left out: they may hold credentials)."""
+        if self.kind == "path":
+            keys = f" options={sorted(self.options)}" if self.options else ""
+            return f"{self.format} at {', '.join(self.paths)}{keys}"
+        if self.kind == "sql":
+            return f"Spark SQL query ({len(self.query or '')} characters)"
+        return f"callable {self.callable}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "paths": list(self.paths), "format": self.format, "options": dict(self.options),
+                "query": self.query, "callable": self.callable}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SourceSpec:
+        _require(isinstance(data, Mapping), "source must be an object")
+        kind = data.get("kind")
+        _require(kind in get_args(SourceKind), f"source kind must be one of {get_args(SourceKind)}, not {kind!r}")
+        if kind == "path":
+            return cls.from_fields(path=list(data.get("paths") or []), format=data.get("format"),
+                                   options=data.get("options") or {})
+        if kind == "sql":
+            return cls.from_fields(sql=data.get("query"))
+        return cls.from_fields(callable=data.get("callable"))
+
+
+@dataclasses.dataclass(frozen=True)
+class WriteJobSpec:
+    """One Spark write: the dataset, the mode, the source, file sizing and where to stage the result."""
+
+    uri: str
+    mode: WriteMode
+    source: SourceSpec
+    read_version: int
+    staging_root: str
+    staging_name: str
+    storage_options: Mapping[str, str] = dataclasses.field(default_factory=dict, repr=False)
+    max_rows_per_file: int = MAX_ROWS_PER_FILE
+    max_bytes_per_file: int = MAX_BYTES_PER_FILE
+    num_partitions: int | None = None
+    data_storage_version: str | None = None
+
+    def __post_init__(self) -> None:
+        _require(isinstance(self.uri, str) and bool(self.uri), "uri must be a non-empty string")
+        _require(self.mode in get_args(WriteMode), f"mode must be one of {get_args(WriteMode)}, not {self.mode!r}")
+        _require(isinstance(self.source, SourceSpec), "source must be a SourceSpec")
+        _require(isinstance(self.read_version, int) and self.read_version >= 0,
+                 f"read_version must be a non-negative integer, not {self.read_version!r}")
+        _require(bool(self.staging_root) and bool(self.staging_name), "staging location is missing")
+        _positive_int("max_rows_per_file", self.max_rows_per_file)
+        _positive_int("max_bytes_per_file", self.max_bytes_per_file)
+        if self.num_partitions is not None:
+            _positive_int("num_partitions", self.num_partitions)
+        _require(self.data_storage_version is None or isinstance(self.data_storage_version, str),
+                 f"data_storage_version must be a string such as '2.0', not {self.data_storage_version!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "spec_version": SPEC_VERSION,
+            "uri": self.uri,
+            "mode": self.mode,
+            "source": self.source.to_json(),
+            "read_version": self.read_version,
+            "staging_root": self.staging_root,
+            "staging_name": self.staging_name,
+            "storage_options": dict(self.storage_options),
+            "max_rows_per_file": self.max_rows_per_file,
+            "max_bytes_per_file": self.max_bytes_per_file,
+            "num_partitions": self.num_partitions,
+            "data_storage_version": self.data_storage_version,
+        }
+
+    def to_json(self) -> str:
+        """The spec as JSON (includes storage options: store it privately, never log it)."""
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> WriteJobSpec:
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise JobSpecError(f"job spec is not JSON: {exc}") from None
+        _require(isinstance(data, dict), "job spec must be a JSON object")
+        _require(data.get("spec_version") == SPEC_VERSION,
+                 f"job spec version {data.get('spec_version')!r} is not {SPEC_VERSION}: operator and job differ")
+        try:
+            return cls(
+                uri=data["uri"],
+                mode=data["mode"],
+                source=SourceSpec.from_json(data["source"]),
+                read_version=data["read_version"],
+                staging_root=data["staging_root"],
+                staging_name=data["staging_name"],
+                storage_options=_string_map("storage_options", data.get("storage_options") or {}),
+                max_rows_per_file=data.get("max_rows_per_file", MAX_ROWS_PER_FILE),
+                max_bytes_per_file=data.get("max_bytes_per_file", MAX_BYTES_PER_FILE),
+                num_partitions=data.get("num_partitions"),
+                data_storage_version=data.get("data_storage_version"),
+            )
+        except KeyError as exc:
+            raise JobSpecError(f"job spec lacks {exc.args[0]!r}") from None
+
+    def digest(self) -> str:
+        """Identity of the write (storage options and staging location left out): a retry may
+        reuse a staged result only if its digest matches."""
+        data = self.to_dict()
+        for key in ("storage_options", "staging_root", "staging_name"):
+            data.pop(key)
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+def staging_location(dataset_uri: str, idempotency_key: str, staging_uri: str | None = None) -> tuple[str, str]:
+    """(store root, object name) of the staged result of the write with ``idempotency_key``."""
+    name = hashlib.sha256(idempotency_key.encode()).hexdigest()[:32] + ".json"
+    if staging_uri:
+        return staging_uri, name
+    return dataset_uri, f"{STAGING_DIR}/{name}"
+
+
+@dataclasses.dataclass(frozen=True)
+class WriteJobResult:
+    """What a finished job staged: fragments (uncommitted), Spark's row count, bytes, schema."""
+
+    spec_digest: str
+    fragments: tuple[FragmentMetadata, ...]
+    num_rows: int
+    bytes_written: int
+    schema: pa.Schema | None
+    elapsed_seconds: float
+
+    def to_json(self) -> str:
+        schema = base64.b64encode(self.schema.serialize().to_pybytes()).decode() if self.schema is not None else None
+        return json.dumps({
+            "spec_digest": self.spec_digest,
+            "fragments": [f.to_json() for f in self.fragments],
+            "num_rows": self.num_rows,
+            "bytes_written": self.bytes_written,
+            "schema": schema,
+            "elapsed_seconds": self.elapsed_seconds,
+        })
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> WriteJobResult:
+        try:
+            data = json.loads(text)
+            schema = (pa.ipc.read_schema(pa.py_buffer(base64.b64decode(data["schema"])))
+                      if data.get("schema") else None)
+            return cls(
+                spec_digest=str(data["spec_digest"]),
+                fragments=tuple(FragmentMetadata.from_json(f) for f in data["fragments"]),
+                num_rows=int(data["num_rows"]),
+                bytes_written=int(data["bytes_written"]),
+                schema=schema,
+                elapsed_seconds=float(data["elapsed_seconds"]),
+            )
+        except (ValueError, KeyError, TypeError, pa.ArrowInvalid) as exc:
+            raise JobSpecError(f"staged job result is malformed: {exc!r}") from None
+
+    def save(self, staging_root: str, staging_name: str, storage_options: Mapping[str, str]) -> None:
+        """Store the result (atomically: readers see all of it or nothing)."""
+        open_store(staging_root, storage_options).write(staging_name, self.to_json().encode())
+
+    @classmethod
+    def load(cls, staging_root: str, staging_name: str, storage_options: Mapping[str, str]) -> WriteJobResult | None:
+        """The staged result, or None if there is none."""
+        try:
+            data = open_store(staging_root, storage_options).read(staging_name)
+        except FileNotFoundError:
+            return None
+        return cls.from_json(data)
+
+    @staticmethod
+    def discard(staging_root: str, staging_name: str, storage_options: Mapping[str, str]) -> None:
+        """Remove the staged result (its fragments stay: they are committed or left for cleanup)."""
+        open_store(staging_root, storage_options).delete(staging_name)
+
+    def missing_files(self, dataset_uri: str, storage_options: Mapping[str, str]) -> list[str]:
+        """Data files of the staged fragments that do not exist (any means: do not commit it)."""
+        store = open_store(dataset_uri, storage_options)
+        paths = (data_file_path(f.path) for fragment in self.fragments for f in fragment.files)
+        return [path for path in paths if not store.exists(path)]

@@ -1,0 +1,121 @@
+"""The maintenance task group: stats -> compact if needed -> cleanup.
+
+::
+
+    with DAG("lance_maintenance", schedule="@daily", ...):
+        lance_maintenance_task_group(uri="events.lance", compaction_options={"target_rows_per_fragment": 100_000},
+                                     cleanup_older_than=dt.timedelta(days=7))
+
+Inside the group (ids prefixed with ``group_id``):
+
+* ``stats`` (:class:`~airflow_lance.operators.maintenance.LanceDatasetStatsOperator`);
+* ``decide``: a branch that runs ``compact`` only when the stats say compaction has work
+  (``needs_compaction``: the compaction plan with the same options has tasks) and, when
+  ``min_small_fragments`` / ``min_deleted_row_ratio`` are given, at least one of those
+  thresholds is reached; otherwise it goes straight to ``cleanup``;
+* ``compact`` (:class:`~airflow_lance.operators.maintenance.LanceCompactFilesOperator`);
+* ``cleanup`` (:class:`~airflow_lance.operators.maintenance.LanceCleanupOldVersionsOperator`),
+  which runs after compaction or after a skipped one (trigger rule
+  ``none_failed_min_one_success``), never after a failed one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from airflow.providers.common.compat.sdk import TaskGroup
+from airflow.providers.standard.operators.python import BranchPythonOperator
+
+from airflow_lance.connection import DEFAULT_CONN_ID
+from airflow_lance.operators.maintenance import (
+    LanceCleanupOldVersionsOperator,
+    LanceCompactFilesOperator,
+    LanceDatasetStatsOperator,
+)
+
+
+def should_compact(
+    stats: Mapping[str, Any], *, min_small_fragments: int | None = None, min_deleted_row_ratio: float | None = None
+) -> bool:
+    """Whether stats of :class:`LanceDatasetStatsOperator` make compaction worth running."""
+    if not stats or not stats.get("needs_compaction"):
+        return False
+    if min_small_fragments is None and min_deleted_row_ratio is None:
+        return True
+    return bool(
+        (min_small_fragments is not None and stats["num_small_fragments"] >= min_small_fragments)
+        or (min_deleted_row_ratio is not None and stats["deleted_row_ratio"] >= min_deleted_row_ratio)
+    )
+
+
+def lance_maintenance_task_group(
+    *,
+    uri: str,
+    group_id: str = "lance_maintenance",
+    lance_conn_id: str | None = DEFAULT_CONN_ID,
+    compaction_options: Mapping[str, Any] | None = None,
+    min_small_fragments: int | None = None,
+    min_deleted_row_ratio: float | None = None,
+    cleanup_older_than: dt.timedelta | float | str | None = None,
+    retain_versions: int | str | None = None,
+    delete_unverified: bool | str = False,
+    error_if_tagged_old_versions: bool | str = True,
+    dry_run: bool | str = False,
+    outlets: Sequence[Any] | None = None,
+    tooltip: str = "Lance maintenance: stats -> compact if needed -> cleanup",
+) -> TaskGroup:
+    """Build the maintenance task group in the current DAG (see the module docstring).
+
+    :param uri: the dataset (URI, local path, ``lance+`` asset URI or name below the
+        connection's root). (templated)
+    :param group_id: the task group id.
+    :param lance_conn_id: the ``lance`` connection.
+    :param compaction_options: pylance ``compact_files`` options, for the stats and the
+        compaction. (templated)
+    :param min_small_fragments: compact only with at least this many small fragments...
+    :param min_deleted_row_ratio: ... or at least this fraction of deleted rows (both None:
+        whenever the compaction plan has tasks).
+    :param cleanup_older_than: ``older_than`` of the cleanup (timedelta or days). (templated)
+    :param retain_versions: ``retain_versions`` of the cleanup. (templated)
+    :param delete_unverified: ``delete_unverified`` of the cleanup. (templated)
+    :param error_if_tagged_old_versions: ``error_if_tagged_old_versions`` of the cleanup. (templated)
+    :param dry_run: run the cleanup as a dry run. (templated)
+    :param outlets: extra outlets of the compaction task (e.g. an ``AssetAlias``).
+    """
+    with TaskGroup(group_id=group_id, tooltip=tooltip) as group:
+        stats = LanceDatasetStatsOperator(
+            task_id="stats", uri=uri, compaction_options=compaction_options, lance_conn_id=lance_conn_id
+        )
+        compact = LanceCompactFilesOperator(
+            task_id="compact",
+            uri=uri,
+            compaction_options=compaction_options,
+            lance_conn_id=lance_conn_id,
+            outlets=list(outlets or []),
+        )
+        cleanup = LanceCleanupOldVersionsOperator(
+            task_id="cleanup",
+            uri=uri,
+            older_than=cleanup_older_than,
+            retain_versions=retain_versions,
+            delete_unverified=delete_unverified,
+            error_if_tagged_old_versions=error_if_tagged_old_versions,
+            dry_run=dry_run,
+            lance_conn_id=lance_conn_id,
+            trigger_rule="none_failed_min_one_success",
+        )
+        stats_id, compact_id, cleanup_id = stats.task_id, compact.task_id, cleanup.task_id
+
+        def _decide(ti: Any) -> str:
+            result = ti.xcom_pull(task_ids=stats_id)
+            if should_compact(result, min_small_fragments=min_small_fragments,
+                              min_deleted_row_ratio=min_deleted_row_ratio):
+                return compact_id
+            return cleanup_id
+
+        decide = BranchPythonOperator(task_id="decide", python_callable=_decide)
+        stats >> decide >> [compact, cleanup]
+        compact >> cleanup
+    return group

@@ -1,0 +1,155 @@
+"""Spark write benchmark: the Lance write job vs Spark's Parquet write vs a mapInArrow pass-through.
+
+Usage: python bench/bench_spark_write.py [--rows N] [--reps 3] [--partitions 8] [--variants wide,narrow]
+                                         [--json out.json]
+
+One local[2] SparkSession; per variant (the anchor tables of ../shared/performance-anchors.md)
+one cached DataFrame, then, median of --reps runs each:
+
+* ``spark parquet``: ``df.write.parquet`` (Spark's own writer, snappy);
+* ``mapInArrow pass-through``: the JVM -> Python Arrow hand-off only, counting rows;
+* ``lance job``: what the Spark write job does (``airflow_lance.spark.writer.write_dataframe``:
+  executors write fragments, the row count is validated with an Observation) plus the commit.
+
+MB/s is Arrow bytes of the table / time. Ratios > 1 mean the Lance job is faster. Targets
+(issue 4): >= 0.8x the pass-through, >= 3x Spark's Parquet write on wide data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+import pyarrow as pa
+from anchor_data import anchor_table
+
+import airflow_lance.core as lance
+from airflow_lance.core.write import DEFAULT_STORAGE_VERSION
+from airflow_lance.spark.writer import write_dataframe
+
+
+def count_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The pass-through: touch every batch, yield only the row count."""
+    total = sum(batch.num_rows for batch in batches)
+    yield pa.RecordBatch.from_pydict({"n": [total]})
+
+
+def timed(fn: Callable[[], object], reps: int, setup: Callable[[], None] | None = None) -> tuple[float, list[float]]:
+    times = []
+    for _ in range(reps):
+        if setup:
+            setup()
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), times
+
+
+def bench_variant(spark, name: str, rows: int, reps: int, partitions: int, formats: list[str | None],
+                  tmp: pathlib.Path) -> list[dict]:
+    table = anchor_table(rows, wide=(name == "wide"))
+    mb = table.nbytes / 1e6
+    df = spark.createDataFrame(table).repartition(partitions).cache()
+    assert df.count() == rows
+    results = []
+
+    def record(case: str, median: float, times: list[float]) -> float:
+        results.append({"variant": name, "case": case, "seconds": median, "all_seconds": times,
+                        "mb_s": mb / median, "rows_s": rows / median})
+        return median
+
+    parquet_dir = tmp / f"{name}.parquet"
+    parquet = record("spark parquet", *timed(lambda: df.write.mode("overwrite").parquet(str(parquet_dir)), reps))
+
+    def passthrough() -> None:
+        assert sum(r["n"] for r in df.mapInArrow(count_rows, "n long").collect()) == rows
+
+    through = record("mapInArrow pass-through", *timed(passthrough, reps))
+
+    uri = str(tmp / f"{name}.lance")
+    for version in formats:
+
+        def lance_job(version: str | None = version) -> None:
+            result = write_dataframe(df, uri=uri, mode="create", storage_options={}, max_rows_per_file=1024 * 1024,
+                                     max_bytes_per_file=90 * 1024**3, data_storage_version=version)
+            assert result.schema is not None
+            lance.LanceDataset.commit(uri, lance.LanceOperation.Overwrite(result.schema, list(result.fragments)), 0)
+
+        written_format = version or DEFAULT_STORAGE_VERSION
+        label = f"lance job, format {written_format} (write + commit)"
+        job = record(label, *timed(lance_job, reps, setup=lambda: shutil.rmtree(uri, ignore_errors=True)))
+        written = lance.dataset(uri)
+        assert written.count_rows() == rows and written.data_storage_version == written_format
+        results.append({"variant": name, "case": f"lance dataset, format {written_format}",
+                        "fragments": len(written.get_fragments()),
+                        "disk_bytes": int(written.versions()[-1]["metadata"]["total_files_size"])})
+        for ratio, value in ((f"lance {written_format} vs mapInArrow pass-through (x)", through / job),
+                             (f"lance {written_format} vs spark parquet (x faster)", parquet / job)):
+            results.append({"variant": name, "case": f"ratio: {ratio}", "ratio": value})
+    df.unpersist()
+    shutil.rmtree(parquet_dir, ignore_errors=True)
+    shutil.rmtree(uri, ignore_errors=True)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=2_000_000)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--variants", default="wide,narrow")
+    parser.add_argument("--driver-memory", default="10g")
+    parser.add_argument("--formats", default="default,2.0",
+                        help="Lance file formats to write: 'default' (the core's, as pylance's) and/or versions")
+    parser.add_argument("--json", type=pathlib.Path)
+    args = parser.parse_args()
+    formats = [None if f == "default" else f for f in args.formats.split(",")]
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[2]").appName("bench-spark-write")
+        .config("spark.driver.memory", args.driver_memory)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("WARN")
+    print(f"spark {spark.version} local[2], rows={args.rows:,}, partitions={args.partitions}, median of {args.reps}")
+    all_results = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="lance-spark-bench-") as tmp:
+            for variant in args.variants.split(","):
+                results = bench_variant(spark, variant, args.rows, args.reps, args.partitions, formats,
+                                        pathlib.Path(tmp))
+                all_results += results
+                for row in results:
+                    if "ratio" in row:
+                        print(f"{variant:7s} {row['case']:52s} {row['ratio']:8.2f}")
+                    elif "seconds" in row:
+                        spread = "/".join(f"{t:.2f}" for t in row["all_seconds"])
+                        print(f"{variant:7s} {row['case']:52s} {row['seconds']:8.2f} s {row['mb_s']:8.1f} MB/s "
+                              f"{row['rows_s']:>11,.0f} rows/s  ({spread})")
+                    else:
+                        print(f"{variant:7s} {row['case']:52s} {row['fragments']} fragments, "
+                              f"{row['disk_bytes'] / 1e6:,.1f} MB on disk")
+    finally:
+        spark.stop()
+    if args.json:
+        args.json.write_text(json.dumps(all_results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""Test DAG: retries of the Spark write operator (after and before the commit), a failing
+Spark job and a refused create. Paths come from LANCE_TEST_ROOT, set by the test before parsing."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import pathlib
+from typing import Any
+
+from airflow.providers.common.compat.sdk import DAG
+
+from airflow_lance.assets.lance import create_asset
+from airflow_lance.operators.spark_write import LanceSparkWriteOperator
+
+ROOT = os.environ.get("LANCE_TEST_ROOT", "/tmp/airflow-lance-test")
+DATASET = f"{ROOT}/ds.lance"
+SOURCES = str(pathlib.Path(__file__).resolve().parents[1] / "spark_sources.py")
+SPARK_CONF = {"spark.ui.enabled": "false", "spark.log.level": "WARN", "spark.sql.shuffle.partitions": "2"}
+OVERWRITE_SQL = "SELECT id, CONCAT('new-', CAST(id AS STRING)) AS label FROM range(0, 300, 1, 3)"
+
+
+class FailOnFirstTry(LanceSparkWriteOperator):
+    """Fails its first try just before or just after the commit (fault injection)."""
+
+    def __init__(self, *, fail_at: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.fail_at = fail_at
+
+    def _commit(self, spec, staged, key, context):  # type: ignore[no-untyped-def]
+        first_try = context["ti"].try_number == 1
+        if first_try and self.fail_at == "before_commit":
+            raise RuntimeError("injected failure before the commit")
+        summary = super()._commit(spec, staged, key, context)
+        if first_try and self.fail_at == "after_commit":
+            raise RuntimeError("injected failure after the commit")
+        return summary
+
+
+def record_failure(context: Any) -> None:
+    """Keep the exception of a failed task where the test can read it."""
+    exc = context.get("exception")
+    folder = pathlib.Path(ROOT) / "failures"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{context['ti'].task_id}.json").write_text(json.dumps({
+        "type": type(exc).__name__,
+        "mro": [cls.__name__ for cls in type(exc).__mro__],
+        "message": str(exc),
+    }))
+
+
+common: dict[str, Any] = {"lance_conn_id": "lance_test", "conf": SPARK_CONF, "retry_delay": dt.timedelta(0)}
+
+with DAG("lance_test_spark_write", schedule=None, start_date=dt.datetime(2025, 1, 1), catchup=False) as dag:
+    create_existing = LanceSparkWriteOperator(
+        task_id="create_existing_fails", uri=DATASET, mode="create", source_sql="SELECT 1 AS id",
+        on_failure_callback=record_failure, **common,
+    )
+    append = FailOnFirstTry(
+        task_id="append_retry_after_commit", fail_at="after_commit", uri=DATASET, mode="append",
+        source_callable="spark_sources:extra_rows", py_files=SOURCES, retries=1, trigger_rule="all_done",
+        **common,
+    )
+    overwrite = FailOnFirstTry(
+        task_id="overwrite_retry_before_commit", fail_at="before_commit", uri="ds.lance", mode="overwrite",
+        source_sql=OVERWRITE_SQL, max_rows_per_file=120, retries=1, outlets=[create_asset(uri=DATASET)],
+        **common,
+    )
+    spark_fails = LanceSparkWriteOperator(
+        task_id="spark_job_fails", uri=DATASET, mode="append", source_path=f"{ROOT}/no-such-input.parquet",
+        trigger_rule="all_done", on_failure_callback=record_failure, **common,
+    )
+    create_existing >> append >> overwrite >> spark_fails

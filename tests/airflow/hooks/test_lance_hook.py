@@ -1,0 +1,120 @@
+"""LanceHook against connections built from ``AIRFLOW_CONN_*`` JSON: URI resolution, datasets,
+commits, idempotent-commit lookup, version checks, secret masking and ``test_connection``."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pyarrow as pa
+import pytest
+from lance_airflow_testing import connection_env
+
+import airflow_lance.core as lance
+from airflow_lance.connection import LanceConnectionError
+from airflow_lance.hooks.lance import LanceHook
+
+SECRET = "hook-secret-3c1b9e77"
+
+
+@pytest.fixture
+def root(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> pathlib.Path:
+    monkeypatch.setenv(*connection_env("lance_local", conn_type="lance", host=f"file://{tmp_path}"))
+    return tmp_path
+
+
+def _table(ids: list[int]) -> pa.Table:
+    return pa.table({"id": pa.array(ids, pa.int64())})
+
+
+def test_hook_reads_the_connection_from_environment_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(*connection_env(
+        "lance_s3", conn_type="lance", host="s3://bucket/prefix", login="AKID", password=SECRET,
+        extra={"region": "eu-central-1", "endpoint": "http://127.0.0.1:9000", "allow_http": True},
+    ))
+    hook = LanceHook(lance_conn_id="lance_s3")
+    assert hook.resolve_uri("ds.lance") == "s3://bucket/prefix/ds.lance"
+    assert hook.storage_options == {"aws_access_key_id": "AKID", "aws_secret_access_key": SECRET,
+                                    "aws_region": "eu-central-1", "aws_endpoint": "http://127.0.0.1:9000",
+                                    "allow_http": "true"}
+    assert (LanceHook.conn_type, LanceHook.conn_name_attr, LanceHook.default_conn_name, LanceHook.hook_name) == (
+        "lance", "lance_conn_id", "lance_default", "Lance")
+
+
+def test_secrets_are_registered_with_the_masker(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow.providers.common.compat.sdk import redact
+
+    monkeypatch.setenv(*connection_env("lance_masked", conn_type="lance", host="s3://bucket",
+                                       extra={"storage_options": {"aws_session_token": SECRET + "-token"}}))
+    hook = LanceHook(lance_conn_id="lance_masked")
+    assert hook.storage_options["aws_session_token"] == SECRET + "-token"
+    assert SECRET not in str(redact(f"token is {SECRET}-token"))
+    assert SECRET not in repr(hook.config)
+
+
+def test_datasets_commits_and_versions_through_the_hook(root: pathlib.Path) -> None:
+    hook = LanceHook(lance_conn_id="lance_local")
+    assert hook.dataset_or_none("ds.lance") is None and hook.latest_version("ds.lance") is None
+    lance.write_dataset(_table([1, 2]), str(root / "ds.lance"))
+    fragments = lance.write_fragments(_table([3]), str(root / "ds.lance"))
+    ds = hook.commit("ds.lance", lance.LanceOperation.Append(fragments), 1, idempotency_key="run-1/task",
+                     transaction_properties={"airflow.task_id": "task"}, commit_message="hello")
+    assert (ds.version, ds.count_rows()) == (2, 3)
+    assert [v["version"] for v in hook.list_versions("ds.lance")] == [1, 2]
+    assert hook.get_dataset("ds.lance", 1).count_rows() == 2
+    assert hook.find_idempotent_commit("ds.lance", "run-1/task").version == 2
+    assert hook.find_idempotent_commit("ds.lance", "another-run/task") is None
+    again = hook.commit("ds.lance", lance.LanceOperation.Append(fragments), 1, idempotency_key="run-1/task")
+    assert again.version == 2  # the same key never commits twice
+
+
+def test_check_version_baseline_recreation_data_changes_and_tags(root: pathlib.Path) -> None:
+    hook = LanceHook(lance_conn_id="lance_local")
+    assert hook.check_version("ds.lance", baseline_version=None) is None  # no dataset yet
+    lance.write_dataset(_table([1]), str(root / "ds.lance"))
+    info = hook.check_version("ds.lance", baseline_version=None)
+    assert (info["version"], info["operation"]) == (1, "overwrite")
+    assert hook.check_version("ds.lance", baseline_version=1) is None
+    assert hook.check_version("ds.lance", baseline_version=5)["recreated"] is True
+    ds = lance.dataset(str(root / "ds.lance"))
+    new = lance.write_fragments(ds.to_table(), str(root / "ds.lance"))
+    rewrite = lance.LanceOperation.Rewrite([lance.LanceOperation.RewriteGroup([ds.get_fragments()[0].metadata], new)])
+    lance.LanceDataset.commit(str(root / "ds.lance"), rewrite, 1)
+    assert hook.check_version("ds.lance", baseline_version=1)["operation"] == "rewrite"
+    assert hook.check_version("ds.lance", baseline_version=1, data_changes_only=True) is None
+    assert hook.check_version("ds.lance", baseline_version=None, tag="gold") is None
+    ds.tags.create("gold", 2)
+    assert hook.check_version("ds.lance", baseline_version=None, tag="gold")["version"] == 2
+    assert hook.check_version("ds.lance", baseline_version=2, tag="gold") is None  # not moved
+
+
+def test_test_connection(root: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ok, message = LanceHook(lance_conn_id="lance_local").test_connection()
+    assert ok, message
+    monkeypatch.setenv(*connection_env("lance_missing", conn_type="lance", host=str(root / "nope")))
+    missing = LanceHook(lance_conn_id="lance_missing").test_connection()
+    assert missing == (False, f"dataset root {root / 'nope'} is not a directory")
+    monkeypatch.setenv(*connection_env("lance_bad", conn_type="lance", host=str(root), login="someone"))
+    ok, message = LanceHook(lance_conn_id="lance_bad").test_connection()
+    assert not ok and "does not apply" in message
+
+
+def test_malformed_connection_raises_a_typed_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(*connection_env("lance_broken", conn_type="lance", host="s3://b",
+                                       extra={"allow_http": "perhaps"}))
+    with pytest.raises(LanceConnectionError, match="allow_http"):
+        LanceHook(lance_conn_id="lance_broken").resolve_uri("x")
+
+
+def test_no_connection_means_absolute_uris_only(tmp_path: pathlib.Path) -> None:
+    hook = LanceHook(lance_conn_id=None)
+    assert hook.resolve_uri(str(tmp_path / "x.lance")) == str(tmp_path / "x.lance")
+    with pytest.raises(LanceConnectionError):
+        hook.resolve_uri("x.lance")
+
+
+def test_legacy_form_methods_match_the_declarative_fields() -> None:
+    assert LanceHook.get_ui_field_behaviour()["relabeling"]["host"] == "Dataset root URI"
+    pytest.importorskip("wtforms", reason="wtforms/flask-appbuilder (Airflow 2 UI) are not installed")
+    widgets = LanceHook.get_connection_form_widgets()
+    assert set(widgets) == {"region", "endpoint", "session_token", "allow_http", "dynamodb_table_name",
+                            "dynamodb_endpoint", "storage_options"}

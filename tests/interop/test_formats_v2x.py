@@ -1,0 +1,313 @@
+"""Data file formats 2.1 / 2.2 / legacy 0.1 against pylance 14 (the oracle), in both directions."""
+
+from __future__ import annotations
+
+import pathlib
+import struct
+import sys
+
+import lance as pylance
+import numpy as np
+import pyarrow as pa
+import pytest
+from google.protobuf import any_pb2
+
+import airflow_lance.core as ours
+from airflow_lance.core._proto import encodings_v2_1_pb2 as pb
+from airflow_lance.core._proto import file2_pb2, table_pb2
+from airflow_lance.core.file import LanceFileWriter
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from v2x_tables import mixed_table  # noqa: E402
+
+MIXED = mixed_table(4000)
+
+
+def _rows(start: int, count: int) -> pa.Table:
+    """A slice of MIXED with offset-0 arrays (pylance 14 panics writing some sliced nested structs)."""
+    return MIXED.take(pa.array(np.arange(start, start + count)))
+
+
+def _manifest(uri: str) -> table_pb2.Manifest:
+    return ours.dataset(uri).manifest_file.manifest
+
+
+def _decoded(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Dictionary columns by value: pylance concatenates page dictionaries on read."""
+    return column.cast(column.type.value_type) if pa.types.is_dictionary(column.type) else column
+
+
+def _columns_equal(mine: pa.Table, theirs: pa.Table) -> list[str]:
+    assert mine.column_names == theirs.column_names
+    return [name for name in mine.column_names
+            if not _decoded(mine.column(name)).equals(_decoded(theirs.column(name)))]
+
+
+def _data_file_versions(uri: str) -> set[tuple[int, int]]:
+    return {(f.file_major_version, f.file_minor_version) for frag in _manifest(uri).fragments for f in frag.files}
+
+
+# ----------------------------------------------------------------------------- we read pylance's files
+
+
+@pytest.mark.parametrize("version", ["2.1", "2.2", "legacy"])
+def test_we_read_every_type_pylance_writes(uri, version):
+    pylance.write_dataset(MIXED, uri, data_storage_version=version, max_rows_per_file=1500)
+    theirs = pylance.dataset(uri).to_table()
+    mine = ours.dataset(uri).to_table()
+    assert _columns_equal(mine, theirs) == []
+    if version != "legacy":
+        assert mine.equals(MIXED)  # 2.1+ keep everything
+    projected = ours.dataset(uri).to_table(columns=["list_struct", "str_low", "vec_null"])
+    assert projected.equals(theirs.select(["list_struct", "str_low", "vec_null"]))
+
+
+def test_legacy_reads_as_pylance_reads_it(uri):
+    """Legacy files store no nulls for primitives/lists: we return what pylance returns."""
+    table = pa.table({"i": pa.array([1, None, 3], pa.int32()), "s": pa.array(["a", None, ""]),
+                      "l": pa.array([[1], None, []], pa.list_(pa.int8()))})
+    pylance.write_dataset(table, uri, data_storage_version="legacy")
+    assert ours.dataset(uri).data_storage_version == "0.1"
+    mine = ours.dataset(uri).to_table()
+    assert mine.to_pydict() == {"i": [1, 0, 3], "s": ["a", None, None], "l": [[1], [], []]}
+    assert mine.equals(pylance.dataset(uri).to_table())
+
+
+@pytest.mark.parametrize("version", ["2.1", "2.2"])
+def test_multi_page_and_multi_chunk(uri, version):
+    rng = np.random.default_rng(1)
+    n = 120_000
+    lengths = rng.integers(50, 110, n)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    text = pa.LargeStringArray.from_buffers(
+        n, pa.py_buffer(offsets), pa.py_buffer(rng.integers(97, 123, int(offsets[-1])).astype(np.uint8)))
+    table = pa.table({
+        "text": text.cast(pa.string()),  # ~9 MB: more than one 8 MiB page
+        "id": pa.array(np.arange(n)),
+        "tags": pa.array([[] if i % 5000 else [i] for i in range(n)], pa.list_(pa.int32())),  # 65k-level pages
+    })
+    pylance.write_dataset(table, uri, data_storage_version=version)
+    fragment = _manifest(uri).fragments[0]
+    assert fragment.physical_rows == n
+    mine = ours.dataset(uri).to_table()
+    assert mine.equals(table)
+
+
+ENCODING_CASES = {
+    "zstd": pa.field("x", pa.int64(), metadata={"lance-encoding:compression": "zstd"}),
+    "lz4": pa.field("x", pa.string(), metadata={"lance-encoding:compression": "lz4"}),
+    "bss": pa.field("x", pa.float64(), metadata={"lance-encoding:compression": "zstd", "lance-encoding:bss": "on"}),
+    "packed": pa.field("x", pa.struct([("a", pa.int32()), ("b", pa.float64())]), metadata={"packed": "true"}),
+    "packed_var": pa.field("x", pa.struct([("a", pa.int32()), ("s", pa.string())]),
+                           metadata={"lance-encoding:packed": "true"}),
+    "blob": pa.field("x", pa.large_binary(), metadata={"lance-encoding:blob": "true"}),
+}
+
+
+def _encoding_case(name: str, n: int) -> pa.Table:
+    field = ENCODING_CASES[name]
+    rng = np.random.default_rng(4)
+    if name == "zstd":
+        values = pa.array(rng.integers(0, 10**9, n))
+    elif name == "lz4":
+        values = pa.array([f"value {i % 50} xyz" for i in range(n)])
+    elif name == "bss":
+        values = pa.array(rng.standard_normal(n))
+    elif name == "packed":
+        values = pa.array([{"a": i, "b": i / 2} for i in range(n)], field.type)
+    elif name == "packed_var":
+        values = pa.array([{"a": i, "s": str(i)} for i in range(n)], field.type)
+    else:
+        values = pa.array([rng.bytes(500) if i % 3 else None for i in range(n)], pa.large_binary())
+    return pa.Table.from_arrays([values], schema=pa.schema([field]))
+
+
+def _walk(encoding: pb.CompressiveEncoding, out: set[str]) -> None:
+    which = encoding.WhichOneof("compression")
+    if which is None:
+        return
+    out.add(which)
+    message = getattr(encoding, which)
+    for field, value in message.ListFields():
+        if field.message_type is not None and field.message_type.name == "CompressiveEncoding":
+            _walk(value, out)
+        if which == "variable_packed_struct" and field.name == "fields":
+            for item in value:
+                _walk(item.value, out)
+
+
+def _encodings(uri: str) -> set[str]:
+    """Layouts and compressive encodings used in every data file of a dataset."""
+    seen: set[str] = set()
+    root = pathlib.Path(uri) / "data"
+    for path in root.glob("*.lance"):
+        data = path.read_bytes()
+        _, cmo, _, _, columns, _, _, _ = struct.unpack("<QQQIIHH4s", data[-40:])
+        for c in range(columns):
+            position, size = struct.unpack_from("<QQ", data, cmo + 16 * c)
+            metadata = file2_pb2.ColumnMetadata.FromString(data[position: position + size])
+            for page in metadata.pages:
+                layout = pb.PageLayout.FromString(any_pb2.Any.FromString(page.encoding.direct.encoding).value)
+                which = layout.WhichOneof("layout")
+                seen.add(which)
+                body = getattr(layout, which)
+                if which == "blob_layout":
+                    body = body.inner_layout.mini_block_layout
+                    seen.add("mini_block_layout")
+                for name in ("value_compression", "rep_compression", "def_compression", "dictionary"):
+                    if body.DESCRIPTOR.fields_by_name.get(name) and body.HasField(name):
+                        _walk(getattr(body, name), seen)
+                if which == "mini_block_layout" and body.HasField("dictionary"):
+                    seen.add("page dictionary")
+                if which == "constant_layout" and body.HasField("inline_value"):
+                    seen.add("constant inline value")
+    return seen
+
+
+@pytest.mark.parametrize("version", ["2.1", "2.2"])
+def test_every_encoding_pylance_emits_is_read(tmp_path, version):
+    """Which encodings pylance 14 picks (by data) -- each one decoded equal to pylance's reading."""
+    seen: set[str] = set()
+    mixed = str(tmp_path / "mixed")
+    pylance.write_dataset(MIXED, mixed, data_storage_version=version)
+    seen |= _encodings(mixed)
+    for name in ENCODING_CASES:
+        if version == "2.1" and name == "packed_var":
+            continue  # pylance: "Variable packed struct encoding is not enabled" for 2.1
+        uri = str(tmp_path / name)
+        table = _encoding_case(name, 3000)
+        pylance.write_dataset(table, uri, data_storage_version=version)
+        if name == "blob" and version == "2.2":
+            with pytest.raises(ours.UnsupportedFeatureError, match="blob"):
+                ours.dataset(uri).to_table()  # blob v2 (an extension type) is not supported
+            continue
+        seen |= _encodings(uri)
+        mine = ours.dataset(uri).to_table()
+        assert mine.equals(table), name  # the blob bytes themselves (pylance's to_table gives descriptors)
+    expected = {
+        "mini_block_layout", "full_zip_layout", "constant_layout", "flat", "variable", "inline_bitpacking",
+        "out_of_line_bitpacking", "fsst", "rle", "fixed_size_list", "page dictionary", "general",
+        "byte_stream_split", "packed_struct",
+    }
+    if version == "2.1":
+        expected |= {"blob_layout"}
+    else:
+        expected |= {"variable_packed_struct", "constant inline value"}
+    assert expected <= seen, sorted(expected - seen)
+
+
+# ----------------------------------------------------------------------------- pylance reads our files
+
+
+@pytest.mark.parametrize("version", ["2.1", "2.2", "stable"])
+def test_pylance_reads_what_we_write(uri, version):
+    ours.write_dataset(MIXED, uri, data_storage_version=version, max_rows_per_file=1500)
+    expected_version = "2.2" if version == "stable" else version
+    theirs = pylance.dataset(uri)
+    assert theirs.data_storage_version == expected_version
+    assert _data_file_versions(uri) == {(2, int(expected_version[-1]))}
+    assert _columns_equal(theirs.to_table(), MIXED) == []
+    assert theirs.to_table(columns=["struct_list", "dict"]).equals(MIXED.select(["struct_list", "dict"]))
+
+
+@pytest.mark.parametrize("version", ["2.1", "2.2"])
+def test_pylance_reads_our_small_pages(uri, version, monkeypatch):
+    """Many pages and chunks per column (``max_page_bytes`` forced small)."""
+    monkeypatch.setitem(LanceFileWriter.__init__.__kwdefaults__, "max_page_bytes", 3000)
+    table = MIXED.slice(0, 2500)
+    ours.write_dataset(table, uri, data_storage_version=version)
+    assert _columns_equal(pylance.dataset(uri).to_table(), table) == []
+    assert _columns_equal(ours.dataset(uri).to_table(), table) == []
+
+
+# ----------------------------------------------------------------------------- appends and compaction
+
+
+def test_appends_keep_the_dataset_version(uri):
+    ours.write_dataset(MIXED.slice(0, 1000), uri, data_storage_version="2.2")
+    pylance.write_dataset(_rows(1000, 1000), uri, mode="append")  # pylance keeps 2.2
+    ours.write_dataset(MIXED.slice(2000, 1000), uri, mode="append")  # so do we
+    assert ours.dataset(uri).data_storage_version == "2.2"
+    assert _data_file_versions(uri) == {(2, 2)}
+    expected = MIXED.slice(0, 3000)
+    assert _columns_equal(pylance.dataset(uri).to_table(), expected) == []
+    assert _columns_equal(ours.dataset(uri).to_table(), expected) == []
+
+
+def test_we_append_to_pylance_datasets_in_their_version(tmp_path):
+    for version in ("2.1", "2.2", "2.0"):
+        uri = str(tmp_path / version)
+        if version == "2.0":
+            data = _rows(0, 1000).drop_columns(["struct", "struct_list", "nested_struct"])  # no struct nulls in 2.0
+        else:
+            data = _rows(0, 1000)
+        pylance.write_dataset(data.slice(0, 500), uri, data_storage_version=version)
+        ours.write_dataset(data.slice(500, 500), uri, mode="append")
+        with pytest.raises(ours.InvalidInputError, match=version):
+            ours.write_dataset(data.slice(0, 1), uri, mode="append",
+                               data_storage_version="2.1" if version != "2.1" else "2.2")
+        assert _data_file_versions(uri) == {(2, int(version[-1]))}
+        assert _columns_equal(pylance.dataset(uri).to_table(), data) == []
+
+
+def test_our_compaction_of_a_pylance_2_2_dataset_keeps_2_2(uri):
+    pylance.write_dataset(_rows(0, 3000), uri, max_rows_per_file=500)  # pylance's default: 2.2
+    assert pylance.dataset(uri).data_storage_version == "2.2"
+    pylance.dataset(uri).delete("sorted_i64 % 3 = 0")
+    expected = pylance.dataset(uri).to_table()
+    metrics = ours.compact_files(uri)
+    assert metrics.fragments_removed == 6
+    assert _data_file_versions(uri) == {(2, 2)}
+    assert pylance.dataset(uri).data_storage_version == "2.2"
+    assert _columns_equal(pylance.dataset(uri).to_table(), expected) == []
+    assert _columns_equal(ours.dataset(uri).to_table(), expected) == []
+
+
+def test_legacy_dataset_rewritten_into_a_current_format(tmp_path):
+    legacy, current = str(tmp_path / "legacy"), str(tmp_path / "current")
+    pylance.write_dataset(_rows(0, 2000), legacy, data_storage_version="legacy", max_rows_per_group=300)
+    with pytest.raises(ours.UnsupportedFeatureError, match="0.1"):
+        ours.write_dataset(MIXED.slice(0, 1), legacy, mode="append")  # we never write legacy files
+    read = ours.dataset(legacy).to_table()
+    ours.write_dataset(read, current, data_storage_version="2.2")
+    assert pylance.dataset(current).to_table().equals(pylance.dataset(legacy).to_table())
+
+
+# ----------------------------------------------------------------------------- random nesting
+
+
+def _random_round_trip(tmp_path, seed: int) -> None:
+    from random_nested import random_table
+
+    rng = np.random.default_rng(seed + 99)
+    version = str(rng.choice(["2.1", "2.2"]))
+    page_bytes = int(rng.choice([64, 512, 4096, 1 << 20]))
+    chunk = int(rng.choice([1, 7, 50, 1000]))
+    table = random_table(seed, int(rng.integers(1, 300)))
+    mine, theirs = str(tmp_path / f"ours{seed}"), str(tmp_path / f"pylance{seed}")
+    defaults = LanceFileWriter.__init__.__kwdefaults__
+    previous = defaults["max_page_bytes"]
+    defaults["max_page_bytes"] = page_bytes
+    try:
+        ours.write_dataset(table.to_batches(max_chunksize=chunk), mine, schema=table.schema,
+                           data_storage_version=version)
+    except ours.UnsupportedFeatureError:
+        return  # e.g. fixed-size lists of structs (pylance refuses them before 2.2 as well)
+    finally:
+        defaults["max_page_bytes"] = previous
+    assert _columns_equal(pylance.dataset(mine).to_table(), table) == [], (seed, version, page_bytes, chunk)
+    assert _columns_equal(ours.dataset(mine).to_table(), table) == [], (seed, version, page_bytes, chunk)
+    pylance.write_dataset(table.take(pa.array(np.arange(len(table)))), theirs, data_storage_version=version)
+    assert _columns_equal(ours.dataset(theirs).to_table(), pylance.dataset(theirs).to_table()) == [], seed
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_random_nested_columns_both_ways(tmp_path, seed):
+    """Random structs/lists/fixed-size lists with nulls and empties, small pages and batches."""
+    _random_round_trip(tmp_path, seed)
+
+
+@pytest.mark.slow
+def test_random_nested_columns_both_ways_long(tmp_path):
+    for seed in range(20, 600):
+        _random_round_trip(tmp_path, seed)

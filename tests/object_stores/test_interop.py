@@ -1,0 +1,44 @@
+"""pylance and we share datasets on object stores, with the very same storage_options dict."""
+
+from __future__ import annotations
+
+import lance as pylance
+import pyarrow as pa
+import pytest
+
+import airflow_lance.core as lance
+
+
+def _ids(start: int, n: int) -> pa.Table:
+    return pa.table({"id": pa.array(range(start, start + n), pa.int64()), "s": [f"v{i}" for i in range(n)]})
+
+
+@pytest.fixture(params=["s3_seaweedfs", "s3_moto", "azure_azurite"])
+def shared(request):
+    """Backends where pylance writes too (fake-gcs-server lacks the XML-API uploads pylance uses)."""
+    return request.getfixturevalue(request.param)
+
+
+def test_interleaved_appends(shared):
+    uri, options = shared.new_uri("ds.lance"), shared.options
+    pylance.write_dataset(_ids(0, 5), uri, storage_options=options, data_storage_version="2.0")
+    for round_ in range(3):
+        lance.write_dataset(_ids(100 + 10 * round_, 3), uri, mode="append", storage_options=options)
+        pylance.write_dataset(_ids(200 + 10 * round_, 2), uri, mode="append", storage_options=options)
+    ours = lance.dataset(uri, storage_options=options)
+    theirs = pylance.dataset(uri, storage_options=options)
+    assert ours.version == theirs.version == 7
+    assert ours.to_table().sort_by("id").equals(theirs.to_table().sort_by("id"))
+    for version in range(1, 8):
+        assert (
+            lance.dataset(uri, version=version, storage_options=options).count_rows()
+            == pylance.dataset(uri, version=version, storage_options=options).count_rows()
+        )
+
+
+def test_pylance_reads_what_we_write_on_gcs(gcs_fake):
+    uri = gcs_fake.new_uri("ds.lance")
+    lance.write_dataset(_ids(0, 10), uri, storage_options=gcs_fake.options)
+    lance.write_dataset(_ids(10, 5), uri, mode="append", storage_options=gcs_fake.options)
+    theirs = pylance.dataset(uri, storage_options=gcs_fake.options)
+    assert theirs.version == 2 and theirs.to_table().num_rows == 15
