@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_lance.core.deletion import read_deletion_vector, write_deletion_vector
+from airflow_lance.core.deletion import deletion_path, keep_mask, read_deletion_vector, write_deletion_vector
 from airflow_lance.core.fragment import FragmentMetadata
 from airflow_lance.core.scan import apply_filter, read_fragment
 from airflow_lance.core.schema import LanceSchema
@@ -52,11 +52,13 @@ def plan_delete(
         hits = _matching_offsets(store, fragment, projection, expression).astype(np.uint32)
         if fragment.deletion_file is not None:
             existing = read_deletion_vector(store, fragment.id, fragment.deletion_file)
-            new = np.setdiff1d(hits, existing, assume_unique=False)
-            merged = np.union1d(existing, hits)
+            path = deletion_path(fragment.id, fragment.deletion_file)
+            deleted = ~keep_mask(fragment.physical_rows, existing, path)
+            new = hits[~deleted[hits]]
+            deleted[new] = True
+            merged = np.flatnonzero(deleted).astype(np.uint32)
         else:
-            new = np.unique(hits)
-            merged = new
+            new = merged = hits  # row offsets come out of the filter ascending and unique
         if not new.size:
             continue
         total += int(new.size)

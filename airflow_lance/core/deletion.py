@@ -7,6 +7,8 @@ column (``.arrow``, small sets) and a portable 32-bit roaring bitmap
 
 from __future__ import annotations
 
+import array
+
 import numpy as np
 import pyarrow as pa
 import pyroaring
@@ -79,7 +81,9 @@ def _encode_arrow(deleted: np.ndarray) -> bytes:
 
 
 def _encode_bitmap(deleted: np.ndarray) -> bytes:
-    return pyroaring.BitMap(deleted).serialize()
+    values = array.array("I")
+    values.frombytes(np.ascontiguousarray(deleted, dtype=np.uint32).tobytes())  # pyroaring's fast path
+    return pyroaring.BitMap(values).serialize()
 
 
 def write_deletion_vector(
