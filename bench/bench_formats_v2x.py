@@ -13,12 +13,10 @@ result is freed (and gc run) before the next repetition. Ratios: "x slower"
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import pathlib
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -30,19 +28,7 @@ import lance as pylance  # noqa: E402  (the oracle: bench-only)
 
 import airflow_lance.core as ours  # noqa: E402
 from anchor_data import anchor_table  # noqa: E402
-
-
-def timed(fn: Callable[[], object], reps: int, setup: Callable[[], None] | None = None) -> float:
-    times = []
-    for _ in range(reps):
-        if setup:
-            setup()
-        gc.collect()
-        start = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - start)
-        del result
-    return statistics.median(times)
+from bench_common import timed  # noqa: E402
 
 
 def disk_bytes(path: pathlib.Path) -> int:

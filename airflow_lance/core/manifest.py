@@ -57,7 +57,8 @@ def serialize_manifest(manifest: table_pb2.Manifest, index_section: bytes | None
     return b"".join(parts)
 
 
-def _section(data: bytes, position: int, path: str, what: str) -> bytes:
+def read_section(data: bytes, position: int, path: str, what: str) -> bytes:
+    """The length-prefixed section at ``position`` of manifest file bytes."""
     if position < 0 or position + _LEN.size > len(data) - _FOOTER.size:
         raise CorruptFileError(path, f"{what} position {position} is outside the file")
     (length,) = _LEN.unpack_from(data, position)
@@ -67,16 +68,22 @@ def _section(data: bytes, position: int, path: str, what: str) -> bytes:
     return data[position + _LEN.size : end]
 
 
-def parse_manifest(data: bytes, path: str, scheme: layout.ManifestNamingScheme) -> ManifestFile:
-    """Parse manifest file bytes; raise CorruptFileError naming ``path`` if malformed."""
+def manifest_body(data: bytes, path: str) -> bytes:
+    """Check the footer of manifest file bytes and return the Manifest section's bytes."""
     if len(data) < _FOOTER.size + _LEN.size:
         raise CorruptFileError(path, f"manifest file is truncated ({len(data)} bytes)")
     position, _major, _minor, magic = _FOOTER.unpack_from(data, len(data) - _FOOTER.size)
     if magic != MAGIC:
         raise CorruptFileError(path, f"bad magic {magic!r}, expected {MAGIC!r}")
-    body = _section(data, position, path, "manifest")
+    body = read_section(data, position, path, "manifest")
     if position + _LEN.size + len(body) != len(data) - _FOOTER.size:
         raise CorruptFileError(path, "manifest length does not match the file size")
+    return body
+
+
+def parse_manifest(data: bytes, path: str, scheme: layout.ManifestNamingScheme) -> ManifestFile:
+    """Parse manifest file bytes; raise CorruptFileError naming ``path`` if malformed."""
+    body = manifest_body(data, path)
     manifest = table_pb2.Manifest()
     try:
         manifest.ParseFromString(body)
@@ -84,7 +91,7 @@ def parse_manifest(data: bytes, path: str, scheme: layout.ManifestNamingScheme) 
         raise CorruptFileError(path, f"manifest protobuf does not decode: {exc}") from exc
     index_section = None
     if manifest.HasField("index_section"):
-        index_section = _section(data, manifest.index_section, path, "index section")
+        index_section = read_section(data, manifest.index_section, path, "index section")
     return ManifestFile(manifest, index_section, path, len(data), scheme)
 
 

@@ -14,17 +14,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import struct
 from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, timestamp_pb2
 from google.protobuf.message import DecodeError
 
 from airflow_lance.core.errors import CorruptFileError
-from airflow_lance.core.manifest import MAGIC
+from airflow_lance.core.manifest import manifest_body, read_section
 
-_FOOTER = struct.Struct("<QHH4s")
-_LEN = struct.Struct("<I")
 _F = descriptor_pb2.FieldDescriptorProto
 
 #: (name, number, type, label) of the Manifest fields the view decodes (numbers of ``table.proto``).
@@ -74,26 +71,9 @@ class ManifestView:
     index_section: bytes | None
 
 
-def _section(data: bytes, position: int, path: str, what: str) -> bytes:
-    if position < 0 or position + _LEN.size > len(data) - _FOOTER.size:
-        raise CorruptFileError(path, f"{what} position {position} is outside the file")
-    (length,) = _LEN.unpack_from(data, position)
-    end = position + _LEN.size + length
-    if end > len(data) - _FOOTER.size:
-        raise CorruptFileError(path, f"{what} length {length} runs past the footer")
-    return data[position + _LEN.size : end]
-
-
 def read_view(data: bytes, path: str) -> ManifestView:
     """The view of manifest file bytes; CorruptFileError naming ``path`` if malformed."""
-    if len(data) < _FOOTER.size + _LEN.size:
-        raise CorruptFileError(path, f"manifest file is truncated ({len(data)} bytes)")
-    position, _major, _minor, magic = _FOOTER.unpack_from(data, len(data) - _FOOTER.size)
-    if magic != MAGIC:
-        raise CorruptFileError(path, f"bad magic {magic!r}, expected {MAGIC!r}")
-    body = _section(data, position, path, "manifest")
-    if position + _LEN.size + len(body) != len(data) - _FOOTER.size:
-        raise CorruptFileError(path, "manifest length does not match the file size")
+    body = manifest_body(data, path)
     view = _view_class()()
     try:
         view.ParseFromString(body)
@@ -101,7 +81,7 @@ def read_view(data: bytes, path: str) -> ManifestView:
         raise CorruptFileError(path, f"manifest protobuf does not decode: {exc}") from exc
     index_section = None
     if view.HasField("index_section"):
-        index_section = _section(data, view.index_section, path, "index section")
+        index_section = read_section(data, view.index_section, path, "index section")
     return ManifestView(
         version=view.version,
         timestamp_s=view.timestamp.seconds + view.timestamp.nanos / 1e9,
