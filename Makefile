@@ -33,8 +33,12 @@ test: $(STAMP) $(NPM_STAMP)  ## run the test suite
 stress: $(STAMP) $(NPM_STAMP)  ## long stress runs (crash trials, many writers)
 	$(PY) -m pytest -q -m slow --run-slow
 
-bench: $(STAMP)  ## benchmarks against pylance (prints ratios)
+bench: $(STAMP)  ## benchmarks against pylance and Spark, one script per area (prints ratios)
 	$(PY) bench/bench_format.py
+	$(PY) bench/bench_formats_v2x.py
+	$(PY) bench/bench_commits.py
+	$(PY) bench/bench_maintenance.py
+	$(PY) bench/bench_spark_write.py
 
 bench-object-store: $(STAMP)  ## commit latency and write throughput on SeaweedFS (S3), ours vs pylance
 	$(PY) bench/bench_object_store.py
