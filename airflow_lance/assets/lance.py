@@ -86,3 +86,20 @@ def create_asset(
     if watchers:
         kwargs["watchers"] = list(watchers)
     return Asset(**kwargs)
+
+
+def is_static_dataset_uri(uri: Any) -> bool:
+    """True for an absolute path or URI that is not a template (known when the DAG is parsed)."""
+    if not isinstance(uri, str) or "{{" in uri or "{%" in uri:
+        return False
+    return "://" in uri or os.path.isabs(uri)
+
+
+def with_dataset_outlet(uri: Any, kwargs: dict[str, Any]) -> None:
+    """Add the asset of a static absolute dataset ``uri`` to ``kwargs["outlets"]`` (once)."""
+    if is_static_dataset_uri(uri):
+        outlets = list(kwargs.get("outlets") or [])
+        asset = create_asset(uri=uri)
+        if all(getattr(o, "uri", None) != asset.uri for o in outlets):
+            outlets.append(asset)
+        kwargs["outlets"] = outlets

@@ -14,7 +14,6 @@ Spark executors is not implemented.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Mapping, Sequence
 from functools import cached_property
@@ -23,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.common.compat.sdk import AirflowFailException, AssetAlias, BaseOperator, mask_secret
 
 import airflow_lance.core as lance
-from airflow_lance.assets.lance import create_asset
+from airflow_lance.assets.lance import create_asset, with_dataset_outlet
 from airflow_lance.connection import DEFAULT_CONN_ID
 from airflow_lance.hooks.lance import LanceHook
 from airflow_lance.spark.spec import MAX_BYTES_PER_FILE, MAX_ROWS_PER_FILE
@@ -38,12 +37,6 @@ PARTITION_COLUMNS = ("restore", "drop")
 class KartothekImportError(AirflowFailException):
     """The import cannot succeed by retrying: the source is invalid, missing or unsupported, the
     target exists (mode ``create``), or the verification found differences (the commit stays)."""
-
-
-def _is_static_absolute(uri: Any) -> bool:
-    if not isinstance(uri, str) or "{{" in uri or "{%" in uri:
-        return False
-    return "://" in uri or os.path.isabs(uri)
 
 
 def _check_choice(name: str, value: Any, choices: Sequence[str]) -> None:
@@ -100,12 +93,7 @@ class KartothekToLanceOperator(BaseOperator):
         source_storage_options: Mapping[str, str] | None = None,
         **kwargs: Any,
     ) -> None:
-        if _is_static_absolute(target):
-            outlets = list(kwargs.get("outlets") or [])
-            asset = create_asset(uri=target)
-            if all(getattr(o, "uri", None) != asset.uri for o in outlets):
-                outlets.append(asset)
-            kwargs["outlets"] = outlets
+        with_dataset_outlet(target, kwargs)
         super().__init__(**kwargs)
         self.store_uri = store_uri
         self.dataset_uuid = dataset_uuid

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import os
 import time
 from collections.abc import Mapping, Sequence
 from functools import cached_property
@@ -29,7 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from airflow.providers.common.compat.sdk import AirflowSkipException, AssetAlias, BaseOperator
 
 import airflow_lance.core as lance
-from airflow_lance.assets.lance import create_asset
+from airflow_lance.assets.lance import create_asset, with_dataset_outlet
 from airflow_lance.connection import DEFAULT_CONN_ID
 from airflow_lance.hooks.lance import LanceHook
 
@@ -42,22 +41,6 @@ COMPACTION_MODES = ("local",)
 MAX_LISTED_FILES = 1000
 
 _INT_OPTIONS = ("target_rows_per_fragment", "max_bytes_per_file", "max_source_fragments", "max_source_rows")
-
-
-def _is_static_absolute(uri: Any) -> bool:
-    if not isinstance(uri, str) or "{{" in uri or "{%" in uri:
-        return False
-    return "://" in uri or os.path.isabs(uri)
-
-
-def _with_dataset_outlet(uri: Any, kwargs: dict[str, Any]) -> None:
-    """Add the asset of a static absolute ``uri`` to ``kwargs["outlets"]`` (once)."""
-    if _is_static_absolute(uri):
-        outlets = list(kwargs.get("outlets") or [])
-        asset = create_asset(uri=uri)
-        if all(getattr(o, "uri", None) != asset.uri for o in outlets):
-            outlets.append(asset)
-        kwargs["outlets"] = outlets
 
 
 def _as_bool(name: str, value: Any) -> bool:
@@ -144,7 +127,7 @@ class _LanceMaintenanceOperator(BaseOperator):
 
     def __init__(self, *, uri: str, lance_conn_id: str | None = DEFAULT_CONN_ID, **kwargs: Any) -> None:
         if self.creates_version:
-            _with_dataset_outlet(uri, kwargs)
+            with_dataset_outlet(uri, kwargs)
         super().__init__(**kwargs)
         self.uri = uri
         self.lance_conn_id = lance_conn_id

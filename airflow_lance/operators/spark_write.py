@@ -26,7 +26,7 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.common.compat.sdk import AirflowException, AssetAlias, BaseOperator
 
 import airflow_lance.core as lance
-from airflow_lance.assets.lance import create_asset
+from airflow_lance.assets.lance import create_asset, with_dataset_outlet
 from airflow_lance.connection import DEFAULT_CONN_ID
 from airflow_lance.hooks.lance import LanceHook
 from airflow_lance.operators._spark_code import build_code_zip, write_launcher
@@ -56,12 +56,6 @@ def default_idempotency_key(context: Context) -> str:
     """``dag_id/run_id/task_id/map_index`` of the running task instance (not the try number)."""
     ti = context["ti"]
     return f"{ti.dag_id}/{ti.run_id}/{ti.task_id}/{ti.map_index}"
-
-
-def _is_static_absolute(uri: Any) -> bool:
-    if not isinstance(uri, str) or "{{" in uri or "{%" in uri:
-        return False
-    return "://" in uri or os.path.isabs(uri)
 
 
 def _summary(uri: str, mode: str, version: int, read_version: int, fragments: Sequence[lance.FragmentMetadata],
@@ -175,12 +169,7 @@ class LanceSparkWriteOperator(BaseOperator):
         spark_submit_kwargs: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        if _is_static_absolute(uri):
-            outlets = list(kwargs.get("outlets") or [])
-            asset = create_asset(uri=uri)
-            if all(getattr(o, "uri", None) != asset.uri for o in outlets):
-                outlets.append(asset)
-            kwargs["outlets"] = outlets
+        with_dataset_outlet(uri, kwargs)
         super().__init__(**kwargs)
         self.uri = uri
         self.mode = mode
