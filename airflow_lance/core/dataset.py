@@ -331,6 +331,7 @@ class LanceDataset:
         transaction_properties: Mapping[str, str] | None = None,
         idempotency_key: str | None = None,
         idempotency_lookback: int = DEFAULT_IDEMPOTENCY_LOOKBACK,
+        create_only: bool = False,
     ) -> LanceDataset:
         """Commit ``operation`` planned against ``read_version``; return the new version.
 
@@ -338,7 +339,9 @@ class LanceDataset:
         top of whatever is latest) and is required for other operations.
         With ``idempotency_key``, if a version committed with the same key is
         among the last ``idempotency_lookback`` versions, that version is
-        returned and nothing is committed.
+        returned and nothing is committed. With ``create_only`` the commit must
+        create the dataset: DatasetAlreadyExistsError if it exists, also when a
+        concurrent writer creates it first.
         """
         store = base_uri.store if isinstance(base_uri, LanceDataset) else open_store(base_uri, storage_options)
         if read_version is None:
@@ -352,7 +355,8 @@ class LanceDataset:
             transaction_properties=build_properties(commit_message, transaction_properties, idempotency_key),
         )
         manifest_file = commit_transaction(
-            store, transaction, max_retries=max_retries, idempotency_lookback=idempotency_lookback
+            store, transaction, max_retries=max_retries, idempotency_lookback=idempotency_lookback,
+            create_only=create_only,
         )
         return LanceDataset(store, manifest_file)
 

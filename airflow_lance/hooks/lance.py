@@ -145,9 +145,11 @@ class LanceHook(BaseHook):
         idempotency_key: str | None = None,
         transaction_properties: Mapping[str, str] | None = None,
         commit_message: str | None = None,
+        create_only: bool = False,
     ) -> lance.LanceDataset:
         """Commit ``operation`` planned on ``read_version``; with ``idempotency_key``, a version
-        already committed with that key is returned instead of committing again."""
+        already committed with that key is returned instead of committing again; with
+        ``create_only``, the commit must create the dataset (``DatasetAlreadyExistsError``)."""
         return lance.LanceDataset.commit(
             self.resolve_uri(uri),
             operation,
@@ -156,6 +158,7 @@ class LanceHook(BaseHook):
             idempotency_key=idempotency_key,
             transaction_properties=transaction_properties,
             commit_message=commit_message,
+            create_only=create_only,
         )
 
     def find_idempotent_commit(

@@ -1,18 +1,19 @@
 """``KartothekToLanceOperator``: import one table of a Kartothek dataset as a Lance dataset.
 
-The import runs in the worker process (:func:`airflow_lance.core.import_kartothek`): the
-source is read and validated with pyarrow, each Kartothek partition becomes one or more
-fragments, and everything lands in one atomic commit. The import is idempotent: a re-run
-(or a retry after the commit landed) of the same source state writes nothing and returns
-the version that holds it. A broken source (missing files, malformed metadata) fails the
-task with the typed error listing every problem, before anything is written.
-
-Only in-process (``local``) execution exists so far; reading and writing the partitions on
-Spark executors is not implemented.
+The worker validates the source (pyarrow reads the metadata and every payload file's
+footer) and plans the import; the partitions are then read and written as fragments either
+in the worker (``execution="local"``, :func:`airflow_lance.core.import_kartothek`) or in
+parallel on Spark executors (``execution="spark"``: the Lance code is shipped to them as for
+the Spark write operator, one Spark task per group of partitions), and the worker commits
+everything in one atomic commit. The import is idempotent: a re-run (or a retry after the
+commit landed) of the same source state writes nothing and returns the version that holds
+it. A broken source (missing files, malformed metadata) fails the task with the typed error
+listing every problem, before anything is written.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -25,13 +26,17 @@ import airflow_lance.core as lance
 from airflow_lance.assets.lance import create_asset, with_dataset_outlet
 from airflow_lance.connection import DEFAULT_CONN_ID
 from airflow_lance.hooks.lance import LanceHook
-from airflow_lance.spark.spec import MAX_BYTES_PER_FILE, MAX_ROWS_PER_FILE
+from airflow_lance.operators._spark_submit import LanceSparkJobError, SparkJobRunner, run_task_job, spark_hook_kwargs
+from airflow_lance.operators.spark_write import default_idempotency_key
+from airflow_lance.spark.spec import MAX_BYTES_PER_FILE, MAX_ROWS_PER_FILE, staging_location
+from airflow_lance.spark.task_spec import TaskJobSpec, split_evenly
 
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context
 
 MODES = ("create", "overwrite")
 PARTITION_COLUMNS = ("restore", "drop")
+EXECUTIONS = ("local", "spark")
 
 
 class KartothekImportError(AirflowFailException):
@@ -64,17 +69,29 @@ class KartothekToLanceOperator(BaseOperator):
     :param lance_conn_id: the ``lance`` connection (dataset root and storage options of the target).
     :param source_storage_options: fsspec storage options of the source. Not templated and
         never logged: its values are registered with the secrets masker.
+    :param execution: where the partitions are read and written: ``local`` (the worker) or
+        ``spark`` (executors, through spark-submit; planning, validation and the commit stay
+        in the worker). (templated)
+    :param num_partitions: Spark tasks to spread the Kartothek partitions over (default: one
+        per Kartothek partition).
+    :param spark_conn_id: the ``spark`` connection (``execution="spark"``).
+    :param conf: Spark configuration (``execution="spark"``). (templated)
+    :param spark_binary: ``spark-submit`` by default (``execution="spark"``).
+    :param spark_submit_kwargs: further ``SparkSubmitHook`` arguments (``executor_memory``,
+        ``num_executors``, ``deploy_mode``, ``packages``, ...).
 
     Returns ``{"uri", "dataset_uuid", "table", "mode", "version", "partitions",
     "empty_partitions", "rows", "fragments", "bytes", "already_imported", "partition_keys",
-    "secondary_indices", "verification"}``; ``already_imported`` is true when the task found
+    "secondary_indices", "verification", "execution"}``; ``already_imported`` is true when the task found
     this import already committed and wrote nothing. A target given by a static URI or path is
     added to ``outlets``; the event of each outlet naming the target carries that dict as its
     extra. For a target named relative to the connection's root, add an ``AssetAlias`` to
     ``outlets``: the operator adds the dataset's asset event (with that extra) to it.
     """
 
-    template_fields: Sequence[str] = ("store_uri", "dataset_uuid", "table", "target", "mode", "partition_columns")
+    template_fields: Sequence[str] = (
+        "store_uri", "dataset_uuid", "table", "target", "mode", "partition_columns", "execution", "conf",
+    )
     ui_color = "#e8e4f0"
 
     def __init__(
@@ -91,6 +108,12 @@ class KartothekToLanceOperator(BaseOperator):
         verify: bool = False,
         lance_conn_id: str | None = DEFAULT_CONN_ID,
         source_storage_options: Mapping[str, str] | None = None,
+        execution: str = "local",
+        num_partitions: int | None = None,
+        spark_conn_id: str = "spark_default",
+        conf: Mapping[str, Any] | None = None,
+        spark_binary: str | None = None,
+        spark_submit_kwargs: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         with_dataset_outlet(target, kwargs)
@@ -106,6 +129,18 @@ class KartothekToLanceOperator(BaseOperator):
         self.verify = verify
         self.lance_conn_id = lance_conn_id
         self.source_storage_options = dict(source_storage_options or {})
+        self.execution = execution
+        self.num_partitions = num_partitions
+        self.spark_conn_id = spark_conn_id
+        self.conf = dict(conf or {})
+        self.spark_binary = spark_binary
+        self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
+        self._spark_job: SparkJobRunner | None = None
+        if num_partitions is not None and (isinstance(num_partitions, bool) or not isinstance(num_partitions, int)
+                                           or num_partitions <= 0):
+            raise ValueError(f"num_partitions must be a positive integer, not {num_partitions!r}")
+        if "{{" not in str(execution):
+            _check_choice("execution", execution, EXECUTIONS)
         if "{{" not in str(mode):
             _check_choice("mode", mode, MODES)
         if "{{" not in str(partition_columns):
@@ -119,27 +154,18 @@ class KartothekToLanceOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         _check_choice("mode", self.mode, MODES)
         _check_choice("partition_columns", self.partition_columns, PARTITION_COLUMNS)
+        _check_choice("execution", self.execution, EXECUTIONS)
         for value in self.source_storage_options.values():
             mask_secret(value)
         start = time.monotonic()
         uri = self.hook.resolve_uri(self.target)
-        self.log.info("Importing table %r of Kartothek dataset %r in %s into %s (mode %s, partition columns %s)",
-                      self.table, self.dataset_uuid, self.store_uri, uri, self.mode, self.partition_columns)
+        self.log.info("Importing table %r of Kartothek dataset %r in %s into %s (mode %s, partition columns %s, "
+                      "execution %s)", self.table, self.dataset_uuid, self.store_uri, uri, self.mode,
+                      self.partition_columns, self.execution)
         try:
-            result = lance.import_kartothek(
-                self.store_uri,
-                self.dataset_uuid,
-                self.table,
-                uri,
-                mode=self.mode,  # type: ignore[arg-type]
-                partition_columns=self.partition_columns,  # type: ignore[arg-type]
-                max_rows_per_file=self.max_rows_per_file,
-                max_bytes_per_file=self.max_bytes_per_file,
-                storage_options=self.source_storage_options or None,
-                target_storage_options=self.hook.storage_options,
-                verify=self.verify,
-            )
-        except (lance.KartothekError, lance.DatasetAlreadyExistsError, lance.InvalidInputError) as exc:
+            result = self._import_on_spark(uri, context) if self.execution == "spark" else self._import_here(uri)
+        except (lance.KartothekError, lance.DatasetAlreadyExistsError, lance.InvalidInputError,
+                lance.UnsupportedFeatureError) as exc:
             outcome = ("was committed, but its verification found differences" if hasattr(exc, "differences")
                        else "failed; nothing was committed")
             raise KartothekImportError(
@@ -158,6 +184,95 @@ class KartothekToLanceOperator(BaseOperator):
             self.log.info("Kartothek secondary index (not converted): %s", index)
         return self._finish(context, summary)
 
+    def _import_here(self, uri: str) -> lance.KartothekImportResult:
+        return lance.import_kartothek(
+            self.store_uri,
+            self.dataset_uuid,
+            self.table,
+            uri,
+            mode=self.mode,  # type: ignore[arg-type]
+            partition_columns=self.partition_columns,  # type: ignore[arg-type]
+            max_rows_per_file=self.max_rows_per_file,
+            max_bytes_per_file=self.max_bytes_per_file,
+            storage_options=self.source_storage_options or None,
+            target_storage_options=self.hook.storage_options,
+            verify=self.verify,
+        )
+
+    def _plan(self, uri: str) -> lance.KartothekImportPlan | lance.KartothekImportResult:
+        return lance.plan_kartothek_import(
+            self.store_uri,
+            self.dataset_uuid,
+            self.table,
+            uri,
+            mode=self.mode,  # type: ignore[arg-type]
+            partition_columns=self.partition_columns,  # type: ignore[arg-type]
+            max_rows_per_file=self.max_rows_per_file,
+            max_bytes_per_file=self.max_bytes_per_file,
+            storage_options=self.source_storage_options or None,
+            target_storage_options=self.hook.storage_options,
+        )
+
+    def _import_on_spark(self, uri: str, context: Context) -> lance.KartothekImportResult:
+        """Plan here, write the partitions on Spark executors, commit here (then verify)."""
+        planned = self._plan(uri)
+        if isinstance(planned, lance.KartothekImportPlan):
+            written = self._write_on_spark(planned, context)
+            result = self._plan(uri) if written is None else lance.commit_kartothek_import(planned, written)
+            if isinstance(result, lance.KartothekImportPlan):  # the job found it landed; it vanished since
+                raise LanceSparkJobError(f"the Kartothek import into {uri} was reported committed but is not")
+        else:
+            result = planned
+        if self.verify:
+            report = lance.verify_kartothek_import(
+                self.store_uri, self.dataset_uuid, result.target_uri, self.table, version=result.version,
+                storage_options=self.source_storage_options or None, target_storage_options=self.hook.storage_options,
+            )
+            result = dataclasses.replace(result, verification=report)
+        return result
+
+    def _write_on_spark(self, plan: lance.KartothekImportPlan, context: Context) -> lance.PartitionsWritten | None:
+        """The partitions written by a Spark job (None: the job found the import already landed)."""
+        labels = [partition.label for partition in plan.source.partitions]
+        if not labels:
+            return lance.PartitionsWritten(fragments=(), partitions=0, empty_partitions=0, rows=0, bytes_written=0)
+        storage_options = self.hook.storage_options
+        staging_root, staging_name = staging_location(plan.target_uri,
+                                                      f"kartothek/{default_idempotency_key(context)}")
+        spec = TaskJobSpec(
+            kind="kartothek_import",
+            uri=plan.target_uri,
+            tasks=tuple(tuple(group) for group in split_evenly(labels, self.num_partitions)),
+            staging_root=staging_root,
+            staging_name=staging_name,
+            storage_options=storage_options,
+            params={"store_uri": str(self.store_uri), "dataset_uuid": self.dataset_uuid, "table": self.table,
+                    "mode": self.mode, "partition_columns": self.partition_columns,
+                    "max_rows_per_file": self.max_rows_per_file, "max_bytes_per_file": self.max_bytes_per_file,
+                    "idempotency_key": plan.idempotency_key},
+            source_storage_options=self.source_storage_options,
+        )
+        self.log.info("Writing %d partitions in %d Spark tasks", len(labels), len(spec.tasks))
+        self._spark_job = SparkJobRunner(spark_hook_kwargs(
+            spark_conn_id=self.spark_conn_id, conf=self.conf, name=f"airflow-lance-{self.task_id}",
+            spark_binary=self.spark_binary, spark_submit_kwargs=self.spark_submit_kwargs,
+        ))
+        staged = run_task_job(self._spark_job, spec, f"the Spark Kartothek import job for {plan.target_uri}")
+        if staged.info.get("already_imported_version") is not None:
+            return None
+        written = lance.PartitionsWritten.combine(lance.PartitionsWritten.from_json(r) for r in staged.results)
+        if written.partitions != len(labels):
+            raise LanceSparkJobError(f"the Spark job wrote {written.partitions} of {len(labels)} partitions; "
+                                     "nothing was committed")
+        self.log.info("Spark wrote %d rows in %d fragments (%d bytes) in %.1f s", written.rows,
+                      len(written.fragments), written.bytes_written, staged.elapsed_seconds)
+        return written
+
+    def on_kill(self) -> None:
+        """Cancel the running Spark job (``execution="spark"``); nothing is committed."""
+        if self._spark_job is not None:
+            self._spark_job.kill()
+
     def _summary(self, result: dict[str, Any], uri: str) -> dict[str, Any]:
         return {
             "uri": uri,
@@ -174,6 +289,7 @@ class KartothekToLanceOperator(BaseOperator):
             "partition_keys": result["partition_keys"],
             "secondary_indices": result["secondary_indices"],
             "verification": result["verification"],
+            "execution": self.execution,
         }
 
     def _finish(self, context: Context, summary: dict[str, Any]) -> dict[str, Any]:

@@ -9,7 +9,8 @@ event; an ``AssetAlias`` in ``outlets`` receives the dataset's event as well.
 
 * :class:`LanceDatasetStatsOperator`: fragment count, small fragments, deleted-row ratio,
   version count, bytes, and whether compaction would do anything (``needs_compaction``).
-* :class:`LanceCompactFilesOperator`: ``compact_files`` in the worker (mode ``local``);
+* :class:`LanceCompactFilesOperator`: compaction planned and committed in the worker, the
+  rewrite tasks run in the worker (mode ``local``) or on Spark executors (mode ``spark``);
   skips the task when there is nothing to compact.
 * :class:`LanceCleanupOldVersionsOperator`: ``cleanup_old_versions`` (with ``dry_run``).
 * :class:`LanceCreateTagOperator` / :class:`LanceDeleteTagOperator`.
@@ -31,12 +32,16 @@ import airflow_lance.core as lance
 from airflow_lance.assets.lance import create_asset, with_dataset_outlet
 from airflow_lance.connection import DEFAULT_CONN_ID
 from airflow_lance.hooks.lance import LanceHook
+from airflow_lance.operators._spark_submit import SparkJobRunner, run_task_job, spark_hook_kwargs
+from airflow_lance.operators.spark_write import default_idempotency_key
+from airflow_lance.spark.spec import staging_location
+from airflow_lance.spark.task_spec import TaskJobSpec
 
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context
 
-#: Compaction modes; ``spark`` (tasks on executors) is not implemented yet.
-COMPACTION_MODES = ("local",)
+#: Where compaction tasks run: in the worker, or on Spark executors through spark-submit.
+COMPACTION_MODES = ("local", "spark")
 #: Most file paths a dry-run cleanup returns (the count is always exact).
 MAX_LISTED_FILES = 1000
 
@@ -197,7 +202,11 @@ class LanceDatasetStatsOperator(_LanceMaintenanceOperator):
 class LanceCompactFilesOperator(_LanceMaintenanceOperator):
     """Merge small fragments and materialise deletions (Lance's ``compact_files``).
 
-    Mode ``local`` plans, rewrites and commits in the worker. The commit uses the plan's read
+    The worker plans the compaction (pylance's candidate selection and binning), the rewrite
+    tasks run in the worker (mode ``local``) or as a Spark job, one Spark task per
+    compaction task (mode ``spark``: the Lance code is shipped to the executors as for
+    :class:`~airflow_lance.operators.spark_write.LanceSparkWriteOperator`), and the worker
+    commits all of them as one Rewrite, or nothing. The commit uses the plan's read
     version: a delete committed concurrently fails the task with a retryable conflict (the
     files written for it are removed), it never brings deleted rows back.
 
@@ -207,19 +216,24 @@ class LanceCompactFilesOperator(_LanceMaintenanceOperator):
         ``target_rows_per_fragment``, ``max_bytes_per_file``, ``materialize_deletions``,
         ``materialize_deletions_threshold``, ``max_source_fragments``, ``max_source_rows``,
         ``excluded_fragment_ids``. (templated)
-    :param mode: ``local`` (the only mode so far). (templated)
+    :param mode: ``local`` or ``spark``. (templated)
     :param skip_when_nothing_to_compact: mark the task skipped when the plan has no tasks
         (default); otherwise return zero metrics.
     :param lance_conn_id: the ``lance`` connection.
+    :param spark_conn_id: the ``spark`` connection (mode ``spark``).
+    :param conf: Spark configuration (mode ``spark``). (templated)
+    :param spark_binary: ``spark-submit`` by default (mode ``spark``).
+    :param spark_submit_kwargs: further ``SparkSubmitHook`` arguments (``executor_memory``,
+        ``num_executors``, ``deploy_mode``, ``packages``, ...) (mode ``spark``).
 
-    Returns ``{"uri", "version", "read_version", "fragments_before", "fragments_after",
+    Returns ``{"uri", "version", "read_version", "mode", "fragments_before", "fragments_after",
     "fragments_removed", "fragments_added", "files_removed", "files_added", "rows", "bytes",
-    "fragments_skipped_indexed", "seconds"}`` and sets it as the extra of the dataset's asset
-    event.
+    "fragments_skipped_indexed", "seconds"}`` (``version`` is the compaction's version) and
+    sets it as the extra of the dataset's asset event.
     """
 
-    template_fields: Sequence[str] = ("uri", "compaction_options", "mode")
-    template_fields_renderers: ClassVar[dict[str, str]] = {"compaction_options": "json"}
+    template_fields: Sequence[str] = ("uri", "compaction_options", "mode", "conf")
+    template_fields_renderers: ClassVar[dict[str, str]] = {"compaction_options": "json", "conf": "json"}
     creates_version = True
 
     def __init__(
@@ -230,12 +244,21 @@ class LanceCompactFilesOperator(_LanceMaintenanceOperator):
         mode: str = "local",
         skip_when_nothing_to_compact: bool = True,
         lance_conn_id: str | None = DEFAULT_CONN_ID,
+        spark_conn_id: str = "spark_default",
+        conf: Mapping[str, Any] | None = None,
+        spark_binary: str | None = None,
+        spark_submit_kwargs: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(uri=uri, lance_conn_id=lance_conn_id, **kwargs)
         self.compaction_options = dict(compaction_options or {})
         self.mode = mode
         self.skip_when_nothing_to_compact = skip_when_nothing_to_compact
+        self.spark_conn_id = spark_conn_id
+        self.conf = dict(conf or {})
+        self.spark_binary = spark_binary
+        self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
+        self._spark_job: SparkJobRunner | None = None
         if "{{" not in str(mode):
             self._check_mode(mode)
 
@@ -260,13 +283,17 @@ class LanceCompactFilesOperator(_LanceMaintenanceOperator):
             self.log.info(message)
             metrics = lance.CompactionMetrics(fragments_skipped_indexed=plan.fragments_skipped_indexed)
             return self._summary(ds, ds, before, metrics, 0.0)
-        self.log.info("Compacting %s at version %d: %d tasks over %d of %d fragments", ds.uri, ds.version,
-                      len(plan.tasks), sum(len(t.fragments) for t in plan.tasks), before)
+        self.log.info("Compacting %s at version %d (%s mode): %d tasks over %d of %d fragments", ds.uri,
+                      ds.version, self.mode, len(plan.tasks), sum(len(t.fragments) for t in plan.tasks), before)
         start = time.monotonic()
-        metrics = lance.compact_files(ds, **dataclasses.asdict(options))
+        results = self._rewrite_on_spark(ds, plan, context) if self.mode == "spark" else self._rewrite_here(ds, plan)
+        self.log.info("Rewrote %d tasks in %.2f s; committing", len(results), time.monotonic() - start)
+        metrics = self._commit(ds, results)
+        metrics.fragments_skipped_indexed = plan.fragments_skipped_indexed
         seconds = time.monotonic() - start
-        after_ds = self.hook.get_dataset(self.uri)
+        after_ds = _compaction_version(self.hook.get_dataset(self.uri), ds.version)
         summary = self._summary(ds, after_ds, before, metrics, seconds)
+        summary["mode"] = self.mode
         self.log.info(
             "Compacted %s: version %d -> %d, fragments %d -> %d (%d removed, %d added), %d rows and %d bytes "
             "rewritten, %d files removed, in %.2f s", ds.uri, ds.version, after_ds.version, before,
@@ -277,6 +304,53 @@ class LanceCompactFilesOperator(_LanceMaintenanceOperator):
             self.log.warning("%d fragments were not compacted because an index covers them",
                              metrics.fragments_skipped_indexed)
         return self._emit(context, summary)
+
+    @staticmethod
+    def _rewrite_here(ds: lance.LanceDataset, plan: lance.CompactionPlan) -> list[lance.RewriteResult]:
+        """Run every task in this process (on failure, the files already written are removed)."""
+        results: list[lance.RewriteResult] = []
+        try:
+            for task in plan.tasks:
+                results.append(task.execute(ds))
+        except BaseException:
+            lance.Compaction.discard(ds, results)
+            raise
+        return results
+
+    def _rewrite_on_spark(self, ds: lance.LanceDataset, plan: lance.CompactionPlan,
+                          context: Context) -> list[Any]:
+        """Run every task on Spark executors; the ``RewriteResult`` JSON of each, in task order."""
+        storage_options = self.hook.storage_options
+        staging_root, staging_name = staging_location(ds.uri, f"compaction/{default_idempotency_key(context)}")
+        spec = TaskJobSpec(kind="compaction", uri=ds.uri, tasks=tuple(t.to_json() for t in plan.tasks),
+                           staging_root=staging_root, staging_name=staging_name, storage_options=storage_options)
+        self._spark_job = SparkJobRunner(spark_hook_kwargs(
+            spark_conn_id=self.spark_conn_id, conf=self.conf, name=f"airflow-lance-{self.task_id}",
+            spark_binary=self.spark_binary, spark_submit_kwargs=self.spark_submit_kwargs,
+        ))
+        staged = run_task_job(self._spark_job, spec, f"the Spark compaction job for {ds.uri}")
+        if len(staged.results) != len(plan.tasks):
+            lance.Compaction.discard(ds, list(staged.results))
+            raise lance.InvalidInputError(
+                f"the Spark compaction job returned {len(staged.results)} results for {len(plan.tasks)} tasks"
+            )
+        return list(staged.results)
+
+    @staticmethod
+    def _commit(ds: lance.LanceDataset, results: Sequence[Any]) -> lance.CompactionMetrics:
+        """One Rewrite at the plan's read version; the new files are removed if it cannot land."""
+        try:
+            return lance.Compaction.commit(ds, results)
+        except lance.CommitStateUnknownError:
+            raise  # the version may reference the files: keep them
+        except lance.LanceError:
+            lance.Compaction.discard(ds, results)
+            raise
+
+    def on_kill(self) -> None:
+        """Cancel the running Spark job (mode ``spark``); nothing is committed."""
+        if self._spark_job is not None:
+            self._spark_job.kill()
 
     @staticmethod
     def _summary(ds: lance.LanceDataset, after: lance.LanceDataset, before: int,
@@ -290,6 +364,20 @@ class LanceCompactFilesOperator(_LanceMaintenanceOperator):
             **metrics.to_json(),
             "seconds": round(seconds, 3),
         }
+
+
+def _compaction_version(latest: lance.LanceDataset, read_version: int) -> lance.LanceDataset:
+    """The version holding the Rewrite planned on ``read_version`` (writers may have committed
+    after it); ``latest`` itself if none of the versions after ``read_version`` is one."""
+    for version in range(latest.version, read_version, -1):
+        try:
+            transaction = latest.read_transaction(version)
+        except lance.VersionNotFoundError:
+            break
+        if (transaction is not None and transaction.read_version == read_version
+                and isinstance(transaction.operation, lance.LanceOperation.Rewrite)):
+            return latest if version == latest.version else latest.checkout_version(version)
+    return latest
 
 
 class LanceCleanupOldVersionsOperator(_LanceMaintenanceOperator):

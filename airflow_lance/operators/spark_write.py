@@ -13,23 +13,23 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar, get_args
 
-import psutil
-from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-from airflow.providers.common.compat.sdk import AirflowException, AssetAlias, BaseOperator
+from airflow.providers.common.compat.sdk import AssetAlias, BaseOperator
 
 import airflow_lance.core as lance
 from airflow_lance.assets.lance import create_asset, with_dataset_outlet
 from airflow_lance.connection import DEFAULT_CONN_ID
 from airflow_lance.hooks.lance import LanceHook
-from airflow_lance.operators._spark_code import build_code_zip, write_launcher
+from airflow_lance.operators._spark_submit import (
+    LanceSparkJobError,
+    LanceStagedResultError,
+    SparkJobRunner,
+    spark_hook_kwargs,
+)
 from airflow_lance.spark.spec import (
     MAX_BYTES_PER_FILE,
     MAX_ROWS_PER_FILE,
@@ -42,14 +42,6 @@ from airflow_lance.spark.spec import (
 
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context
-
-
-class LanceSparkJobError(AirflowException):
-    """The Spark write job failed; nothing was committed."""
-
-
-class LanceStagedResultError(AirflowException):
-    """The staged job result cannot be committed (missing, stale or inconsistent)."""
 
 
 def default_idempotency_key(context: Context) -> str:
@@ -198,7 +190,7 @@ class LanceSparkWriteOperator(BaseOperator):
         self.commit_message = commit_message
         self.spark_binary = spark_binary
         self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
-        self._spark_hook: SparkSubmitHook | None = None
+        self._spark_job: SparkJobRunner | None = None
         if "{{" not in str(mode):
             self._check_mode(mode)
         sources = [s for s in (source_path, source_sql, source_callable) if s not in (None, "", [], ())]
@@ -277,41 +269,27 @@ class LanceSparkWriteOperator(BaseOperator):
         self.log.info("Reusing the Spark output staged by an earlier try of this task")
         return staged
 
-    def _submit_hook(self, spec_file: str, code_zip: str) -> SparkSubmitHook:
-        kwargs: dict[str, Any] = {
-            "conf": self.conf,
-            "conn_id": self.spark_conn_id,
-            "files": spec_file,
-            "py_files": ",".join([code_zip, *([self.py_files] if self.py_files else [])]),
-            "jars": self.jars,
-            "packages": self.packages,
-            "executor_cores": self.executor_cores,
-            "executor_memory": self.executor_memory,
-            "driver_memory": self.driver_memory,
-            "num_executors": self.num_executors,
-            "total_executor_cores": self.total_executor_cores,
-            "name": f"airflow-lance-{self.task_id}",
-            "application_args": [spec_file],
-            **self.spark_submit_kwargs,
-        }
-        if self.spark_binary:
-            kwargs["spark_binary"] = self.spark_binary
-        return SparkSubmitHook(**kwargs)
+    def _runner(self) -> SparkJobRunner:
+        return SparkJobRunner(spark_hook_kwargs(
+            spark_conn_id=self.spark_conn_id,
+            conf=self.conf,
+            name=f"airflow-lance-{self.task_id}",
+            spark_binary=self.spark_binary,
+            spark_submit_kwargs=self.spark_submit_kwargs,
+            py_files=self.py_files,
+            jars=self.jars,
+            packages=self.packages,
+            executor_cores=self.executor_cores,
+            executor_memory=self.executor_memory,
+            driver_memory=self.driver_memory,
+            num_executors=self.num_executors,
+            total_executor_cores=self.total_executor_cores,
+        ))
 
     def _run_job(self, spec: WriteJobSpec) -> WriteJobResult:
-        with tempfile.TemporaryDirectory(prefix="airflow-lance-") as tmp:  # mode 0700: the spec holds credentials
-            spec_file = os.path.join(tmp, f"lance-write-{spec.digest()[:12]}.json")
-            fd = os.open(spec_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as handle:
-                handle.write(spec.to_json())
-            self._spark_hook = self._submit_hook(spec_file, str(build_code_zip(tmp)))
-            try:
-                self._spark_hook.submit(str(write_launcher(tmp)))
-            except AirflowException as exc:
-                raise LanceSparkJobError(f"the Spark write job for {spec.uri} failed; nothing was committed. {exc}") \
-                    from exc
-            finally:
-                self._release_spark_hook()
+        self._spark_job = self._runner()
+        self._spark_job.run(spec.to_json(), f"lance-write-{spec.digest()[:12]}.json",
+                            f"the Spark write job for {spec.uri}")
         staged = WriteJobResult.load(spec.staging_root, spec.staging_name, spec.storage_options)
         if staged is None or staged.spec_digest != spec.digest():
             raise LanceStagedResultError(f"the Spark job for {spec.uri} finished without staging its result")
@@ -332,8 +310,6 @@ class LanceSparkWriteOperator(BaseOperator):
         else:
             if staged.schema is None:
                 raise LanceStagedResultError(f"the staged result for {spec.uri} has no schema")
-            if spec.mode == "create" and self.hook.latest_version(spec.uri) is not None:
-                raise lance.DatasetAlreadyExistsError(f"dataset {spec.uri} was created while the Spark job ran")
             operation = lance.LanceOperation.Overwrite(staged.schema, list(fragments))
         commit_start = time.monotonic()
         ds = self.hook.commit(
@@ -344,6 +320,7 @@ class LanceSparkWriteOperator(BaseOperator):
             transaction_properties=self._transaction_properties(context),
             commit_message=self.commit_message or f"airflow-lance {self.mode} by {context['ti'].dag_id}."
             f"{context['ti'].task_id}",
+            create_only=spec.mode == "create",  # a dataset created while the Spark job ran is not replaced
         )
         self.log.info("Committed version %d of %s (read version %d) in %.2f s", ds.version, spec.uri,
                       spec.read_version, time.monotonic() - commit_start)
@@ -381,32 +358,10 @@ class LanceSparkWriteOperator(BaseOperator):
                 context["outlet_events"][outlet].extra = dict(summary)
         return summary
 
-    def _release_spark_hook(self) -> None:
-        # SparkSubmitHook never closes the pipe it reads spark-submit's output from (a ResourceWarning).
-        process = getattr(self._spark_hook, "_submit_sp", None)
-        if process is not None and process.stdout is not None:
-            process.stdout.close()
-        self._spark_hook = None
-
     def on_kill(self) -> None:
-        """Cancel the running Spark job (nothing is committed).
-
-        ``SparkSubmitHook.on_kill`` kills spark-submit (and the driver or application on a
-        cluster); the local processes it started (the PySpark driver in client mode and its
-        workers) would outlive it, so they are killed too.
-        """
-        hook = self._spark_hook
-        if hook is None:
-            return
-        process = getattr(hook, "_submit_sp", None)
-        children: list[psutil.Process] = []
-        if process is not None and process.poll() is None:
-            with contextlib.suppress(psutil.Error):
-                children = psutil.Process(process.pid).children(recursive=True)
-        hook.on_kill()
-        for child in children:
-            with contextlib.suppress(psutil.Error):
-                child.kill()
+        """Cancel the running Spark job (nothing is committed)."""
+        if self._spark_job is not None:
+            self._spark_job.kill()
 
 
 __all__ = ["LanceSparkJobError", "LanceSparkWriteOperator", "LanceStagedResultError", "default_idempotency_key"]

@@ -1,17 +1,25 @@
-"""spark-submit entry point of the Lance write job: ``main([spec_file])``.
+"""spark-submit entry point of the airflow-lance Spark jobs: ``main([spec_file])``.
 
-Reads the :class:`~airflow_lance.spark.spec.WriteJobSpec` (a file shipped with
-``--files``), loads the source as a DataFrame, writes fragments on the executors,
-validates the row count and stores the :class:`~airflow_lance.spark.spec.WriteJobResult`
-at the staging location. It never commits: the operator does, once, from the staged
-result. Exit status 0 on success, 1 with a one-line ``airflow-lance job failed: ...``
-message (plus the traceback) otherwise. Nothing printed contains storage options.
+The spec file (shipped with ``--files``) is either
+
+* a :class:`~airflow_lance.spark.spec.WriteJobSpec`: load the source as a DataFrame, write
+  fragments on the executors, validate the row count and stage the
+  :class:`~airflow_lance.spark.spec.WriteJobResult`; or
+* a :class:`~airflow_lance.spark.task_spec.TaskJobSpec` (it has a ``job`` key): run
+  compaction tasks or write Kartothek partitions on the executors and stage the
+  :class:`~airflow_lance.spark.task_spec.TaskJobResult` (:mod:`airflow_lance.spark.tasks`).
+
+A job never commits: the operator does, once, from the staged result. Exit status 0 on
+success, 1 with a one-line ``airflow-lance job failed: ...`` message (plus the traceback)
+otherwise. Nothing printed contains storage options.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 import os
+import re
 import sys
 import time
 import traceback
@@ -22,15 +30,41 @@ import pyarrow as pa
 
 from airflow_lance.core import dataset
 from airflow_lance.spark.spec import JobSpecError, SourceSpec, WriteJobResult, WriteJobSpec
+from airflow_lance.spark.task_spec import JOB_KEY, TaskJobSpec
+from airflow_lance.spark.tasks import run_task_job
 from airflow_lance.spark.writer import write_dataframe
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-APP_NAME = "airflow-lance-write"
+APP_NAME = "airflow-lance"
+#: A Lance error as an executor's traceback ends with it (inside Spark's PythonException text).
+_EXECUTOR_ERROR = re.compile(r"^airflow_lance\.[\w.]+\.(\w+(?:Error|Exception)): (.+)$", re.MULTILINE)
 
 
-def read_spec(argument: str) -> WriteJobSpec:
+def describe_failure(exc: BaseException) -> str:
+    """``Type: message`` of a failure; for an error raised on an executor (wrapped by Spark),
+    the Lance error it ends with rather than Spark's wrapper."""
+    found = _EXECUTOR_ERROR.findall(str(exc))
+    if found:
+        name, message = found[-1]
+        return f"{name}: {message} (on an executor)"
+    first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {first_line}"
+
+
+def parse_spec(text: str | bytes) -> WriteJobSpec | TaskJobSpec:
+    """A write job spec, or a task job spec when the document names its ``job``."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise JobSpecError(f"job spec is not JSON: {exc}") from None
+    if isinstance(data, dict) and JOB_KEY in data:
+        return TaskJobSpec.from_dict(data)
+    return WriteJobSpec.from_json(text)
+
+
+def read_spec(argument: str) -> WriteJobSpec | TaskJobSpec:
     """Load the spec from ``argument``: a local path, else a file distributed with ``--files``."""
     candidates = [argument]
     try:
@@ -43,7 +77,7 @@ def read_spec(argument: str) -> WriteJobSpec:
     for path in candidates:
         if os.path.isfile(path):
             with open(path, "rb") as handle:
-                return WriteJobSpec.from_json(handle.read())
+                return parse_spec(handle.read())
     raise JobSpecError(f"job spec file {argument!r} not found (looked in {candidates})")
 
 
@@ -106,6 +140,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         start = time.monotonic()
         spec = read_spec(args[0])
+        if isinstance(spec, TaskJobSpec):
+            print(f"airflow-lance job: {spec.describe()}", flush=True)
+            staged = run_task_job(spark, spec)
+            print(f"airflow-lance job: staged {len(staged.results)} task results in "
+                  f"{time.monotonic() - start:.1f} s (not committed)", flush=True)
+            return 0
         print(f"airflow-lance job: {spec.mode} {spec.uri} from {spec.source.describe()}", flush=True)
         result = run(spark, spec)
         print(
@@ -116,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except Exception as exc:  # noqa: BLE001 - reported to the operator through the exit status
         traceback.print_exc()
-        print(f"airflow-lance job failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        print(f"airflow-lance job failed: {describe_failure(exc)}", file=sys.stderr, flush=True)
         return 1
     finally:
         spark.stop()

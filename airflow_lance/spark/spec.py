@@ -214,6 +214,24 @@ def staging_location(dataset_uri: str, idempotency_key: str, staging_uri: str | 
     return dataset_uri, f"{STAGING_DIR}/{name}"
 
 
+def stage_document(staging_root: str, staging_name: str, storage_options: Mapping[str, str], data: bytes) -> None:
+    """Store a staged document (atomically: readers see all of it or nothing)."""
+    open_store(staging_root, storage_options).write(staging_name, data)
+
+
+def load_staged_document(staging_root: str, staging_name: str, storage_options: Mapping[str, str]) -> bytes | None:
+    """A staged document, or None if there is none."""
+    try:
+        return open_store(staging_root, storage_options).read(staging_name)
+    except FileNotFoundError:
+        return None
+
+
+def discard_staged(staging_root: str, staging_name: str, storage_options: Mapping[str, str]) -> None:
+    """Remove a staged document (missing is fine)."""
+    open_store(staging_root, storage_options).delete(staging_name)
+
+
 @dataclasses.dataclass(frozen=True)
 class WriteJobResult:
     """What a finished job staged: fragments (uncommitted), Spark's row count, bytes, schema."""
@@ -255,21 +273,18 @@ class WriteJobResult:
 
     def save(self, staging_root: str, staging_name: str, storage_options: Mapping[str, str]) -> None:
         """Store the result (atomically: readers see all of it or nothing)."""
-        open_store(staging_root, storage_options).write(staging_name, self.to_json().encode())
+        stage_document(staging_root, staging_name, storage_options, self.to_json().encode())
 
     @classmethod
     def load(cls, staging_root: str, staging_name: str, storage_options: Mapping[str, str]) -> WriteJobResult | None:
         """The staged result, or None if there is none."""
-        try:
-            data = open_store(staging_root, storage_options).read(staging_name)
-        except FileNotFoundError:
-            return None
-        return cls.from_json(data)
+        data = load_staged_document(staging_root, staging_name, storage_options)
+        return None if data is None else cls.from_json(data)
 
     @staticmethod
     def discard(staging_root: str, staging_name: str, storage_options: Mapping[str, str]) -> None:
         """Remove the staged result (its fragments stay: they are committed or left for cleanup)."""
-        open_store(staging_root, storage_options).delete(staging_name)
+        discard_staged(staging_root, staging_name, storage_options)
 
     def missing_files(self, dataset_uri: str, storage_options: Mapping[str, str]) -> list[str]:
         """Data files of the staged fragments that do not exist (any means: do not commit it)."""

@@ -90,6 +90,20 @@ def test_write_fragments_then_commit(uri):
     assert ds.version == 2 and ds.to_table().column("id").to_pylist() == list(range(35))
 
 
+def test_create_only_commit_never_replaces_a_dataset_created_meanwhile(uri):
+    ours = lance.write_fragments(_table(0, 3), uri, mode="create")
+    lance.write_dataset(_table(10, 1), uri)  # another writer creates the dataset first
+    with pytest.raises(lance.DatasetAlreadyExistsError, match="already exists"):
+        lance.LanceDataset.commit(uri, lance.LanceOperation.Overwrite(_table(0, 0).schema, ours), 0,
+                                  create_only=True)
+    assert lance.dataset(uri).version == 1 and lance.dataset(uri).to_table().column("id").to_pylist() == [10]
+    other = str(pathlib.Path(uri).with_name("fresh.lance"))
+    mine = lance.write_fragments(_table(0, 3), other, mode="create")
+    ds = lance.LanceDataset.commit(other, lance.LanceOperation.Overwrite(_table(0, 0).schema, mine), 0,
+                                   create_only=True)
+    assert ds.version == 1 and ds.count_rows() == 3
+
+
 def test_concurrent_appends_from_one_read_version_both_land(uri):
     lance.write_dataset(_table(0, 1), uri)
     a = lance.write_fragments(_table(1, 1), uri)

@@ -86,6 +86,33 @@ class PartitionsWritten:
             bytes_written=sum(p.bytes_written for p in parts),
         )
 
+    def to_json(self) -> dict[str, Any]:
+        """JSON-compatible (fragments in pylance's JSON form): hands results of engines back."""
+        return {
+            "fragments": [f.to_json() for f in self.fragments],
+            "partitions": self.partitions,
+            "empty_partitions": self.empty_partitions,
+            "rows": self.rows,
+            "bytes_written": self.bytes_written,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PartitionsWritten:
+        """Inverse of :meth:`to_json`; InvalidInputError when malformed."""
+        try:
+            fragments = data["fragments"]
+            if not isinstance(fragments, list):
+                raise TypeError("fragments is not a list")
+            return cls(
+                fragments=tuple(FragmentMetadata.from_json(f) for f in fragments),
+                partitions=int(data["partitions"]),
+                empty_partitions=int(data["empty_partitions"]),
+                rows=int(data["rows"]),
+                bytes_written=int(data["bytes_written"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidInputError(f"malformed partitions-written JSON: {exc!r}") from None
+
 
 @dataclasses.dataclass(frozen=True)
 class KartothekImportResult:
@@ -248,8 +275,9 @@ def plan_kartothek_import(
     identical import that already landed (then there is nothing to do).
 
     Raises DatasetAlreadyExistsError for ``mode="create"`` when the target
-    exists (and does not hold this import), and the Kartothek errors of
-    :func:`open_kartothek_table`.
+    exists (and does not hold this import), UnsupportedFeatureError when
+    commits to the target's store could not be atomic, and the Kartothek
+    errors of :func:`open_kartothek_table`.
     """
     if target_uri is None:
         raise InvalidInputError("target_uri is required")
@@ -265,6 +293,7 @@ def plan_kartothek_import(
         log.info("Kartothek dataset %s table %s is already imported as version %d of %s",
                  dataset_uuid, table, landed[0].version, target_store.uri)
         return _landed_result(landed, os.fspath(store_uri), target_store.uri, key)
+    target_store.ensure_committable()  # fail before writing anything when commits could not be atomic
     if mode == "create" and latest_version(target_store) is not None:
         raise DatasetAlreadyExistsError(
             f"dataset {target_store.uri} already exists (use mode='overwrite' to replace it)"
@@ -466,9 +495,6 @@ def import_kartothek(
     if isinstance(plan, KartothekImportResult):
         result = plan
     else:
-        ensure = getattr(plan.open_target(), "ensure_committable", None)
-        if ensure is not None:
-            ensure()
         result = commit_kartothek_import(plan, write_kartothek_partitions(plan))
     if verify:
         report = verify_kartothek_import(

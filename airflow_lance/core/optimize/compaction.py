@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from airflow_lance.core.errors import CommitStateUnknownError, LanceError
-from airflow_lance.core.optimize.committer import commit_compaction
+from airflow_lance.core.optimize.committer import as_rewrite_result, commit_compaction
 from airflow_lance.core.optimize.options import CompactionOptions
 from airflow_lance.core.optimize.planner import CompactionPlan, plan_compaction
 from airflow_lance.core.optimize.results import CompactionMetrics, RewriteResult
@@ -62,6 +62,23 @@ class Compaction:
         CompactionOptions.build(options)
         store, _ = open_source(dataset_or_uri, storage_options)
         return commit_compaction(store, rewrites)
+
+    @staticmethod
+    def discard(
+        dataset_or_uri: DatasetOrUri,
+        rewrites: Sequence[RewriteResult | Mapping[str, Any] | str],
+        *,
+        storage_options: Mapping[str, str] | None = None,
+    ) -> int:
+        """Delete the data files written by tasks whose results will not be committed (for
+        example after :meth:`commit` failed with a conflict); returns how many were deleted.
+
+        Only for results no version references: never after ``CommitStateUnknownError``.
+        """
+        store, _ = open_source(dataset_or_uri, storage_options)
+        fragments = [f for item in rewrites for f in as_rewrite_result(item).new_fragments]
+        delete_written(store, fragments)
+        return sum(len(f.files) for f in fragments)
 
     @staticmethod
     def execute(

@@ -52,3 +52,8 @@ with DAG("lance_test_tags_restore", **ARGS) as tags_restore_dag:
 with DAG("lance_test_maintenance_group", **ARGS) as maintenance_group_dag:
     lance_maintenance_task_group(uri=URI, compaction_options={"target_rows_per_fragment": "{{ params.target }}"},
                                  cleanup_older_than=0, delete_unverified=True, outlets=[ALIAS])
+
+with DAG("lance_test_compact_spark", **ARGS) as compact_spark_dag:
+    LanceCompactFilesOperator(task_id="compact", uri=URI, mode="spark", outlets=[ALIAS],
+                              compaction_options={"target_rows_per_fragment": "{{ params.target }}"},
+                              conf={"spark.ui.enabled": "false", "spark.log.level": "WARN"})

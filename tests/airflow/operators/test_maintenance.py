@@ -174,7 +174,8 @@ def test_options_are_validated_and_rendered_strings_converted() -> None:
     with pytest.raises(lance.InvalidInputError, match="unknown compaction option"):
         compaction_options({"target_rows": 5})
     with pytest.raises(ValueError, match="mode must be one of"):
-        LanceCompactFilesOperator(task_id="c", uri="/tmp/x.lance", mode="spark")
+        LanceCompactFilesOperator(task_id="c", uri="/tmp/x.lance", mode="yarn")
+    assert LanceCompactFilesOperator(task_id="s", uri="/tmp/x.lance", mode="spark").mode == "spark"
     stats = {"needs_compaction": True, "num_small_fragments": 3, "deleted_row_ratio": 0.05}
     assert should_compact(stats)
     assert not should_compact({**stats, "needs_compaction": False})

@@ -1,0 +1,209 @@
+"""The contract between the operators and the Spark *task* job (compaction, Kartothek import).
+
+A task job runs the independent tasks of one core operation on the executors, one Spark
+task each, and stages their JSON results; like the write job it never commits. The
+operator plans, writes a :class:`TaskJobSpec` into a private file shipped with
+``--files`` (storage options never go on a command line), runs the job, loads the
+:class:`TaskJobResult` from the staging location and commits once.
+
+Kinds:
+
+* ``compaction``: each task is a ``CompactionTask`` (its JSON form); each result a
+  ``RewriteResult`` (JSON). Everything the tasks need is in them and ``uri``.
+* ``kartothek_import``: each task is a list of Kartothek partition labels; each result a
+  ``PartitionsWritten`` (JSON). The driver plans the import again from ``params`` and
+  refuses to write if the source changed since the operator planned it (the plan's
+  idempotency key, which hashes the source's metadata file, differs).
+
+The staged result lives at ``<dataset uri>/_airflow_staging/<digest>.json`` (see
+:func:`~airflow_lance.spark.spec.staging_location`); a failed job leaves only
+unreferenced data files, which version cleanup removes after its grace period.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, get_args
+
+from airflow_lance.spark.spec import (
+    JobSpecError,
+    discard_staged,
+    load_staged_document,
+    stage_document,
+)
+
+TaskJobKind = Literal["compaction", "kartothek_import"]
+TASK_SPEC_VERSION = 1
+#: The key of a spec document that names a task job (write job specs do not have it).
+JOB_KEY = "job"
+#: ``params`` a Kartothek import job needs (``source_storage_options`` is a separate, secret field).
+KARTOTHEK_PARAMS = ("store_uri", "dataset_uuid", "table", "mode", "partition_columns", "max_rows_per_file",
+                    "max_bytes_per_file", "idempotency_key")
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise JobSpecError(message)
+
+
+def _string_map(name: str, value: Any) -> dict[str, str]:
+    _require(isinstance(value, Mapping), f"{name} must be a mapping of strings, not {type(value).__name__}")
+    return {str(k): str(v) for k, v in value.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskJobSpec:
+    """One Spark task job: what to run on the executors and where to stage the results.
+
+    ``storage_options`` are the Lance dataset's, ``source_storage_options`` (Kartothek
+    import only) the source store's; both may hold credentials and are left out of
+    :meth:`digest` and of every log line.
+    """
+
+    kind: TaskJobKind
+    uri: str
+    tasks: tuple[Any, ...]
+    staging_root: str
+    staging_name: str
+    storage_options: Mapping[str, str] = dataclasses.field(default_factory=dict, repr=False)
+    params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    source_storage_options: Mapping[str, str] = dataclasses.field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        _require(self.kind in get_args(TaskJobKind), f"job must be one of {get_args(TaskJobKind)}, not {self.kind!r}")
+        _require(isinstance(self.uri, str) and bool(self.uri), "uri must be a non-empty string")
+        _require(isinstance(self.tasks, tuple) and bool(self.tasks), "tasks must be a non-empty list")
+        _require(bool(self.staging_root) and bool(self.staging_name), "staging location is missing")
+        _require(isinstance(self.params, Mapping), "params must be an object")
+        if self.kind == "compaction":
+            _require(all(isinstance(t, Mapping) for t in self.tasks), "compaction tasks must be objects")
+        else:
+            missing = [name for name in KARTOTHEK_PARAMS if name not in self.params]
+            _require(not missing, f"a Kartothek import job needs params {missing}")
+            _require(all(isinstance(t, (list, tuple)) and all(isinstance(label, str) for label in t)
+                         for t in self.tasks), "Kartothek import tasks must be lists of partition labels")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "spec_version": TASK_SPEC_VERSION,
+            JOB_KEY: self.kind,
+            "uri": self.uri,
+            "tasks": [list(t) if isinstance(t, tuple) else t for t in self.tasks],
+            "staging_root": self.staging_root,
+            "staging_name": self.staging_name,
+            "storage_options": dict(self.storage_options),
+            "params": dict(self.params),
+            "source_storage_options": dict(self.source_storage_options),
+        }
+
+    def to_json(self) -> str:
+        """The spec as JSON (includes storage options: store it privately, never log it)."""
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TaskJobSpec:
+        _require(data.get("spec_version") == TASK_SPEC_VERSION,
+                 f"task job spec version {data.get('spec_version')!r} is not {TASK_SPEC_VERSION}: "
+                 "operator and job differ")
+        try:
+            tasks = data["tasks"]
+            _require(isinstance(tasks, list), "tasks must be a list")
+            return cls(
+                kind=data[JOB_KEY],
+                uri=data["uri"],
+                tasks=tuple(tuple(t) if isinstance(t, list) else t for t in tasks),
+                staging_root=data["staging_root"],
+                staging_name=data["staging_name"],
+                storage_options=_string_map("storage_options", data.get("storage_options") or {}),
+                params=data.get("params") or {},
+                source_storage_options=_string_map("source_storage_options",
+                                                   data.get("source_storage_options") or {}),
+            )
+        except KeyError as exc:
+            raise JobSpecError(f"task job spec lacks {exc.args[0]!r}") from None
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> TaskJobSpec:
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise JobSpecError(f"job spec is not JSON: {exc}") from None
+        _require(isinstance(data, dict), "job spec must be a JSON object")
+        return cls.from_dict(data)
+
+    def digest(self) -> str:
+        """Identity of the job (credentials and staging location left out): a retry may reuse
+        a staged result only if its digest matches."""
+        data = self.to_dict()
+        for key in ("storage_options", "source_storage_options", "staging_root", "staging_name"):
+            data.pop(key)
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+    def describe(self) -> str:
+        """A log-friendly description (no option values)."""
+        if self.kind == "compaction":
+            return f"{len(self.tasks)} compaction tasks on {self.uri}"
+        labels = sum(len(t) for t in self.tasks)
+        return (f"Kartothek import of {self.params.get('dataset_uuid')!r} table {self.params.get('table')!r} "
+                f"({labels} partitions in {len(self.tasks)} Spark tasks) into {self.uri}")
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskJobResult:
+    """What a finished task job staged: one JSON result per task, in task order, plus ``info``
+    (kind-specific facts, e.g. ``already_imported_version`` of a Kartothek import that the
+    driver found already committed)."""
+
+    spec_digest: str
+    results: tuple[Any, ...]
+    elapsed_seconds: float
+    info: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps({"spec_digest": self.spec_digest, "results": list(self.results),
+                           "elapsed_seconds": self.elapsed_seconds, "info": dict(self.info)})
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> TaskJobResult:
+        try:
+            data = json.loads(text)
+            results = data["results"]
+            if not isinstance(results, list):
+                raise TypeError("results is not a list")
+            return cls(str(data["spec_digest"]), tuple(results), float(data["elapsed_seconds"]),
+                       dict(data.get("info") or {}))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise JobSpecError(f"staged task job result is malformed: {exc!r}") from None
+
+    def save(self, staging_root: str, staging_name: str, storage_options: Mapping[str, str]) -> None:
+        """Store the result (atomically)."""
+        stage_document(staging_root, staging_name, storage_options, self.to_json().encode())
+
+    @classmethod
+    def load(cls, staging_root: str, staging_name: str, storage_options: Mapping[str, str]) -> TaskJobResult | None:
+        """The staged result, or None if there is none."""
+        data = load_staged_document(staging_root, staging_name, storage_options)
+        return None if data is None else cls.from_json(data)
+
+    @staticmethod
+    def discard(staging_root: str, staging_name: str, storage_options: Mapping[str, str]) -> None:
+        """Remove the staged result."""
+        discard_staged(staging_root, staging_name, storage_options)
+
+
+def split_evenly(items: Sequence[str], parts: int | None) -> list[list[str]]:
+    """``items`` in order, cut into ``parts`` contiguous groups of near-equal size (one item per
+    group when ``parts`` is None or larger than the number of items)."""
+    if not items:
+        return []
+    count = len(items) if parts is None else max(1, min(parts, len(items)))
+    size, extra = divmod(len(items), count)
+    groups, start = [], 0
+    for index in range(count):
+        end = start + size + (index < extra)
+        groups.append(list(items[start:end]))
+        start = end
+    return groups
