@@ -65,6 +65,8 @@ def lance_maintenance_task_group(
     dry_run: bool | str = False,
     outlets: Sequence[Any] | None = None,
     tooltip: str = "Lance maintenance: stats -> compact if needed -> cleanup",
+    compaction_mode: str = "local",
+    compaction_spark_kwargs: Mapping[str, Any] | None = None,
 ) -> TaskGroup:
     """Build the maintenance task group in the current DAG (see the module docstring).
 
@@ -83,6 +85,9 @@ def lance_maintenance_task_group(
     :param error_if_tagged_old_versions: ``error_if_tagged_old_versions`` of the cleanup. (templated)
     :param dry_run: run the cleanup as a dry run. (templated)
     :param outlets: extra outlets of the compaction task (e.g. an ``AssetAlias``).
+    :param compaction_mode: ``local`` or ``spark`` (rewrite tasks on Spark executors). (templated)
+    :param compaction_spark_kwargs: Spark arguments of the compaction task (``spark_conn_id``,
+        ``conf``, ``spark_binary``, ``spark_submit_kwargs``).
     """
     with TaskGroup(group_id=group_id, tooltip=tooltip) as group:
         stats = LanceDatasetStatsOperator(
@@ -94,6 +99,8 @@ def lance_maintenance_task_group(
             compaction_options=compaction_options,
             lance_conn_id=lance_conn_id,
             outlets=list(outlets or []),
+            mode=compaction_mode,
+            **dict(compaction_spark_kwargs or {}),
         )
         cleanup = LanceCleanupOldVersionsOperator(
             task_id="cleanup",

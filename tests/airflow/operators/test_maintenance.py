@@ -182,3 +182,19 @@ def test_options_are_validated_and_rendered_strings_converted() -> None:
     assert should_compact(stats, min_small_fragments=3) and not should_compact(stats, min_small_fragments=4)
     assert should_compact(stats, min_small_fragments=4, min_deleted_row_ratio=0.05)
     assert not should_compact(stats, min_deleted_row_ratio=0.1)
+
+
+def test_task_group_passes_the_spark_settings_to_its_compaction() -> None:
+    import datetime as dt
+
+    from airflow.providers.common.compat.sdk import DAG
+
+    from airflow_lance.task_groups.maintenance import lance_maintenance_task_group
+
+    with DAG("group_spark", schedule=None, start_date=dt.datetime(2025, 1, 1)) as dag:
+        lance_maintenance_task_group(uri="/tmp/x.lance", compaction_mode="spark",
+                                     compaction_spark_kwargs={"spark_conn_id": "spark_yarn",
+                                                              "conf": {"spark.executor.memory": "4g"}})
+    compact = dag.get_task("lance_maintenance.compact")
+    assert (compact.mode, compact.spark_conn_id, compact.conf) == ("spark", "spark_yarn",
+                                                                   {"spark.executor.memory": "4g"})
