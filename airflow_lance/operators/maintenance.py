@@ -282,7 +282,7 @@ class LanceCompactFilesOperator(_LanceMaintenanceOperator):
                 raise AirflowSkipException(message)
             self.log.info(message)
             metrics = lance.CompactionMetrics(fragments_skipped_indexed=plan.fragments_skipped_indexed)
-            return self._summary(ds, ds, before, metrics, 0.0)
+            return {**self._summary(ds, ds, before, metrics, 0.0), "mode": self.mode}
         self.log.info("Compacting %s at version %d (%s mode): %d tasks over %d of %d fragments", ds.uri,
                       ds.version, self.mode, len(plan.tasks), sum(len(t.fragments) for t in plan.tasks), before)
         start = time.monotonic()

@@ -198,3 +198,18 @@ def test_task_group_passes_the_spark_settings_to_its_compaction() -> None:
     compact = dag.get_task("lance_maintenance.compact")
     assert (compact.mode, compact.spark_conn_id, compact.conf) == ("spark", "spark_yarn",
                                                                    {"spark.executor.memory": "4g"})
+
+
+def test_reported_version_is_the_compaction_even_when_a_writer_commits_after_it(tmp_path: pathlib.Path) -> None:
+    from airflow_lance.operators.maintenance import _compaction_version
+
+    uri = str(tmp_path / "busy.lance")
+    _small_fragments(uri, fragments=3)
+    read_version = lance.dataset(uri).version
+    lance.compact_files(uri, target_rows_per_fragment=100)
+    compacted = lance.dataset(uri).version
+    lance.write_dataset(pa.table({"id": pa.array([999], pa.int64()), "name": ["late"]}), uri, mode="append")
+    latest = lance.dataset(uri)
+    assert latest.version == compacted + 1
+    assert _compaction_version(latest, read_version).version == compacted
+    assert _compaction_version(latest, compacted).version == latest.version  # no Rewrite after it: the latest
