@@ -58,22 +58,67 @@ def unpack(packed: np.ndarray, width: int, bits: int) -> np.ndarray:
 
 
 def pack(values: np.ndarray, width: int, bits: int) -> np.ndarray:
-    """``(k, 1024)`` values -> ``(k, 1024 * width / bits)`` words (values must fit ``width``)."""
+    """``(k, 1024)`` values -> ``(k, 1024 * width / bits)`` words (values must fit ``width``).
+
+    Values are not masked (callers derive ``width`` from the values); the
+    shifted rows go through one scratch array, OR-ed into place.
+    """
     dtype = np.dtype(f"<u{bits // 8}")
     lanes = BLOCK // bits
     values = values.reshape(len(values), BLOCK).astype(dtype, copy=False)
     out = np.zeros((len(values), width * lanes), dtype=dtype)
     if width == 0:
         return out
-    mask = dtype.type((1 << width) - 1) if width < bits else dtype.type(np.iinfo(dtype).max)
+    shifted = np.empty((len(values), lanes), dtype=dtype)
     for row in range(bits):
         base = _row_base(row)
-        source = values[:, base: base + lanes] & mask
+        source = values[:, base: base + lanes]
         word, shift = divmod(row * width, bits)
-        out[:, word * lanes: (word + 1) * lanes] |= source << dtype.type(shift)
+        target = out[:, word * lanes: (word + 1) * lanes]
+        if shift:
+            np.left_shift(source, dtype.type(shift), out=shifted)
+            np.bitwise_or(target, shifted, out=target)
+        else:
+            np.bitwise_or(target, source, out=target)
         if shift + width > bits:
-            out[:, (word + 1) * lanes: (word + 2) * lanes] |= source >> dtype.type(bits - shift)
+            spill = out[:, (word + 1) * lanes: (word + 2) * lanes]
+            np.right_shift(source, dtype.type(bits - shift), out=shifted)
+            np.bitwise_or(spill, shifted, out=spill)
     return out
+
+
+def pack_ones(positions: np.ndarray, blocks: int, bits: int) -> np.ndarray:
+    """:func:`pack` at width 1 of ``blocks`` blocks that are 1 at ``positions`` (flat, distinct), else 0.
+
+    Builds the words from the set bits alone (one word per lane, bit ``r``
+    for the lane's row ``r``) without materialising the values; the bits of
+    a word are summed exactly in float64, hence ``bits <= 32``.
+    """
+    if bits > 32:
+        raise ValueError("pack_ones supports 8, 16 and 32-bit words")
+    lanes = BLOCK // bits
+    lane, weight = _lane_and_weight(bits)
+    element = positions % BLOCK
+    word = (positions // BLOCK) * lanes + lane[element]
+    packed = np.bincount(word, weights=weight[element], minlength=blocks * lanes)
+    return packed.astype(np.dtype(f"<u{bits // 8}")).reshape(blocks, lanes)
+
+
+_LANE_AND_WEIGHT: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _lane_and_weight(bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """For every element of a block: its lane and the bit of its row (``2 ** row``) at width 1."""
+    if bits not in _LANE_AND_WEIGHT:
+        lanes = BLOCK // bits
+        lane = np.empty(BLOCK, dtype=np.int64)
+        weight = np.empty(BLOCK, dtype=np.float64)
+        for row in range(bits):
+            base = _row_base(row)
+            lane[base: base + lanes] = np.arange(lanes)
+            weight[base: base + lanes] = float(1 << row)
+        _LANE_AND_WEIGHT[bits] = (lane, weight)
+    return _LANE_AND_WEIGHT[bits]
 
 
 def bits_needed(max_value: int) -> int:

@@ -226,56 +226,264 @@ def layers_for(nodes: list[NodeData]) -> list[int]:
 def levels(nodes: list[NodeData], layers: list[int]) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
     """(rep, def, leaf slot of every entry or -1) for nodes outermost first; slots None = identity.
 
-    Works from the outside in: every slot of the current layer is an entry
-    (null/empty lists and slots under them stay single entries), a valid
-    non-empty list is replaced by its children's entries. Without lists every
-    slot is one entry and only definition levels are computed.
+    Every slot is an entry, except that a valid non-empty list is replaced by
+    its children's entries (null/empty lists and slots under them stay single
+    entries). Without lists every slot is one entry and only definition
+    levels are computed; when every list is valid and non-empty the entries
+    are the leaf slots (:func:`_levels_without_gaps`, no per-entry work but one
+    assignment per level); otherwise :func:`_levels_general` places them.
     """
+    return levels_and_rows(nodes, layers)[:3]
+
+
+def levels_and_rows(
+    nodes: list[NodeData], layers: list[int]
+) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None, np.ndarray | None]:
+    """:func:`levels` and the first entry of every row (the entries with the top repetition level;
+    None without lists), which the levels are built from anyway."""
     depth = len(nodes)
     def_base = np.concatenate(([0], np.cumsum([_DEF_COUNT[layer] for layer in layers])))
     rep_number = np.cumsum([layer in _LIST_LAYERS for layer in layers])
     top = rep_number[-1] if depth else 0
     if top == 0:
         if def_base[-1] == 0:
-            return None, None, None
+            return None, None, None, None
         defs = np.zeros(nodes[0].length, dtype=np.uint16)
         for depth_index, node in enumerate(nodes):
             if node.valid is not None:
                 j = depth - 1 - depth_index
                 defs[(defs == 0) & ~node.valid] = def_base[j] + 1
         # every slot keeps its entry: Arrow's own values under nulls serve as placeholders
-        return None, defs, None
-    # current entries: (slot index into the current layer or -1, def, rep)
-    slot = np.arange(nodes[0].length, dtype=np.int64)
-    defs = np.zeros(nodes[0].length, dtype=np.int64)
-    reps = np.full(nodes[0].length, top, dtype=np.int64)
-    for depth_index, node in enumerate(nodes):
-        j = depth - 1 - depth_index
-        live = slot >= 0
-        if node.valid is not None:
-            null = live.copy()
-            null[live] = ~node.valid[slot[live]]
-            defs[null] = def_base[j] + 1
-            slot[null] = -1
+        return None, defs, None, None
+    if _without_gaps(nodes):
+        return _levels_without_gaps(nodes, layers, def_base, rep_number)
+    return _levels_general(nodes, layers, def_base, rep_number)
+
+
+def _levels_general(
+    nodes: list[NodeData], layers: list[int], def_base: np.ndarray, rep_number: np.ndarray
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]:
+    """:func:`levels_and_rows` of a path with lists: any null/empty lists, nulls at any layer.
+
+    A slot that is null, or an empty list, is an entry by itself (a *gap*);
+    other slots hold the entries of their children. Entries per slot are
+    counted from the inside out, then the first entry of every reachable
+    slot is placed from the outside in (a row's entries start after those of
+    the rows before it, a child's after its earlier siblings'; below the
+    innermost list, simply the entries no gap took). Gaps get their
+    definition level, the first entry of every slot below a list gets the
+    list's repetition number minus one (rows the maximum), inner layers first
+    so that outer ones win; leaf entries get their leaf slot.
+    """
+    depth = len(nodes)
+    gaps, counts = _gaps_and_counts(nodes, layers, def_base)
+    total = nodes[0].length if counts[0] is None else int(counts[0].sum())
+    reps = np.zeros(total, dtype=np.uint16)
+    defs = np.zeros(total, dtype=np.uint16)
+    slot = np.full(total, -1, dtype=np.int64)
+    position = np.arange(nodes[0].length, dtype=np.int64) if counts[0] is None else exclusive_cumsum(counts[0])[:-1]
+    firsts = [(int(rep_number[-1]), position)]  # (repetition level, first entries), outermost first
+    reach = None  # reachable slots of the current layer (None: all)
+    gap_at = np.zeros(total, dtype=bool)  # entries placed so far (gaps at or above the innermost list)
+    for index, node in enumerate(nodes):
+        gap = gaps[index]
+        live = reach
+        if gap is not None:
+            mask, values = gap
+            hit = mask if reach is None else mask & reach
+            at = position[hit]
+            defs[at] = values[hit]
+            gap_at[at] = True
+            live = ~mask if reach is None else reach & ~mask
+        if index == depth - 1:
+            if live is None:
+                slot[position] = np.arange(node.length, dtype=np.int64)
+            else:
+                slot[position[live]] = np.flatnonzero(live)
+        elif node.kind != LIST:
+            reach = live
+        elif counts[index + 1] is None:
+            # innermost list (its repetition number minus one is 0): every entry not placed yet
+            # belongs to one of its reachable children, one each, in order
+            position, reach = _remaining_positions(node, live, gap_at, nodes[index + 1].length)
+        else:
+            position, reach = _child_positions(node, live, position, counts[index + 1], nodes[index + 1].length)
+            value = int(rep_number[depth - 1 - index]) - 1
+            if value:
+                firsts.append((value, position if reach is None else position[reach]))
+    for value, first in reversed(firsts):
+        reps[first] = value
+    return reps, defs if def_base[-1] else None, slot, firsts[0][1]
+
+
+def _gaps_and_counts(
+    nodes: list[NodeData], layers: list[int], def_base: np.ndarray
+) -> tuple[list[tuple[np.ndarray, np.ndarray] | None], list[np.ndarray | None]]:
+    """Per node: its gaps (mask, definition level per slot) or None, and entries per slot (None: one each)."""
+    depth = len(nodes)
+    gaps: list[tuple[np.ndarray, np.ndarray] | None] = [None] * depth
+    counts: list[np.ndarray | None] = [None] * depth
+    for index in range(depth - 1, -1, -1):
+        node, j = nodes[index], depth - 1 - index
+        null = None if node.valid is None or bool(node.valid.all()) else ~node.valid
+        if node.kind == LIST:
+            child = counts[index + 1]
+            if child is None:
+                count = np.diff(node.offsets)
+                empty = count == 0
+            else:
+                cumulative = exclusive_cumsum(child)
+                count = cumulative[node.offsets[1:]] - cumulative[node.offsets[:-1]]
+                empty = node.offsets[1:] == node.offsets[:-1]
+            mask = empty if null is None else empty | null
+            if bool(mask.any()):
+                values = np.zeros(node.length, dtype=np.uint16)
+                if layers[j] in (pb.REPDEF_EMPTYABLE_LIST, pb.REPDEF_NULL_AND_EMPTY_LIST):
+                    values[empty] = def_base[j] + _DEF_COUNT[layers[j]]
+                if null is not None:
+                    values[null] = def_base[j] + 1
+                gaps[index] = (mask, values)
+                count[mask] = 1
+            counts[index] = count
+        else:
+            count = counts[index + 1] if index + 1 < depth else None  # a struct has its child's slots
+            if null is not None:
+                gaps[index] = (null, np.full(node.length, def_base[j] + 1, dtype=np.uint16))
+                if count is not None:
+                    count = count.copy()
+                    count[null] = 1
+            counts[index] = count
+    return gaps, counts
+
+
+def _remaining_positions(
+    node: NodeData, live: np.ndarray | None, gap_at: np.ndarray, child_length: int
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Entries of the children of the innermost list: all entries that are not gaps, in order.
+
+    Below the innermost list every reachable child slot is exactly one entry,
+    so its children's entries are the positions not taken by a gap of this
+    or an outer layer. Returns them per child slot and the reachable child
+    slots (None: all).
+    """
+    entries = np.flatnonzero(~gap_at)
+    reach = _child_reach(node, live, child_length)
+    if reach is None:
+        return entries, None
+    position = np.zeros(child_length, dtype=np.int64)
+    position[reach] = entries
+    return position, reach
+
+
+def _child_reach(node: NodeData, live: np.ndarray | None, child_length: int) -> np.ndarray | None:
+    """Child slots under a live list slot (None: all of them)."""
+    offsets = node.offsets
+    nonempty = offsets[1:] > offsets[:-1]
+    if int(offsets[0]) == 0 and int(offsets[-1]) == child_length and (
+            live is None or not bool(np.any(nonempty & ~live))):
+        return None
+    holders = nonempty if live is None else nonempty & live
+    parents = np.flatnonzero(holders)
+    bounds = np.bincount(offsets[parents], minlength=child_length + 1) - np.bincount(
+        offsets[parents + 1], minlength=child_length + 1)
+    return np.cumsum(bounds[:-1]) > 0
+
+
+def _child_positions(
+    node: NodeData, live: np.ndarray | None, position: np.ndarray, child_counts: np.ndarray | None, child_length: int
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """First entry of every child slot of a list layer, and which child slots are reachable (None: all).
+
+    A child's first entry is its parent's plus the entries of its earlier
+    siblings: ``position[parent] - before[offsets[parent]] + before[child]``
+    with ``before`` the entries of all child slots before a child. The
+    per-parent shift is added at each parent's first child (live non-empty
+    parents start at distinct children) to the entries of the previous child,
+    and one in-place cumulative sum gives every child's position: a single
+    child-sized array (fresh large arrays cost page faults).
+    """
+    offsets = node.offsets
+    nonempty = offsets[1:] > offsets[:-1]
+    holders = nonempty if live is None else nonempty & live
+    parents = np.flatnonzero(holders)
+    starts = offsets[parents]
+    if child_counts is None:
+        steps = np.ones(child_length, dtype=np.int64)
+        before_starts = starts
+    else:
+        steps = np.empty(child_length, dtype=np.int64)
+        steps[1:] = child_counts[:-1]
+        before_starts = exclusive_cumsum(child_counts)[starts]
+    if child_length:
+        steps[0] = 0
+    if len(parents):
+        shift = position[parents]
+        shift -= before_starts
+        steps[starts] += shift
+        steps[starts[1:]] -= shift[:-1]
+    return np.cumsum(steps, out=steps), _child_reach(node, live, child_length)
+
+
+def _without_gaps(nodes: list[NodeData]) -> bool:
+    """Every leaf slot is an entry and every entry a leaf slot (no null/empty list, no null above a list).
+
+    Holds when every list slot is valid and non-empty, its offsets cover
+    exactly the child slots, and no struct above a list is null: then nulls
+    only occur below the innermost list, where slots map one to one to leaf
+    slots.
+    """
+    innermost_list = max(i for i, node in enumerate(nodes) if node.kind == LIST)
+    for i, node in enumerate(nodes[:-1]):
+        child = nodes[i + 1]
+        if i <= innermost_list and node.valid is not None and not bool(node.valid.all()):
+            return False
+        if node.kind != LIST:
+            if child.length != node.length:
+                return False
+            continue
+        offsets = node.offsets
+        if len(offsets) != node.length + 1 or (node.length and (
+                int(offsets[0]) != 0 or int(offsets[-1]) != child.length or bool(np.any(offsets[1:] <= offsets[:-1])))):
+            return False
+        if not node.length and child.length:
+            return False
+    return True
+
+
+def _levels_without_gaps(
+    nodes: list[NodeData], layers: list[int], def_base: np.ndarray, rep_number: np.ndarray
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None, np.ndarray]:
+    """:func:`levels_and_rows` when entries are exactly the leaf slots (see :func:`_without_gaps`).
+
+    Repetition levels are zero but at the first entry of every slot of a layer
+    below a list (the list's number minus one) and of every row (the maximum):
+    one zeros() and one fancy assignment per list layer, innermost first so
+    outer layers (larger values) win. Definition levels only come from nulls
+    below the innermost list, one to one with leaf slots.
+    """
+    depth = len(nodes)
+    n = nodes[-1].length
+    reps = np.zeros(n, dtype=np.uint16)
+    positions = None  # the leaf entry starting each slot of the current layer (None: identity)
+    for index in range(depth - 1, -1, -1):
+        node = nodes[index]
         if node.kind != LIST:
             continue
-        live = slot >= 0
-        lengths = np.zeros(len(slot), dtype=np.int64)
-        lengths[live] = node.offsets[slot[live] + 1] - node.offsets[slot[live]]
-        empty = live & (lengths == 0)
-        if layers[j] in (pb.REPDEF_EMPTYABLE_LIST, pb.REPDEF_NULL_AND_EMPTY_LIST):
-            defs[empty] = def_base[j] + _DEF_COUNT[layers[j]]
-        slot[empty] = -1
-        expand = np.where(slot >= 0, lengths, 1)
-        new_slot = np.repeat(slot, expand)
-        first = exclusive_cumsum(expand)[:-1]
-        within = np.arange(len(new_slot), dtype=np.int64) - np.repeat(first, expand)
-        live_new = new_slot >= 0
-        new_slot[live_new] = np.repeat(node.offsets[:-1][slot[slot >= 0]], lengths[slot >= 0]) + within[live_new]
-        new_reps = np.repeat(reps, expand)
-        inner = within > 0
-        new_reps[inner] = rep_number[j] - 1
-        slot, defs, reps = new_slot, np.repeat(defs, expand), new_reps
-    rep_out = reps.astype(np.uint16) if top else None
-    def_out = defs.astype(np.uint16) if def_base[-1] else None
-    return rep_out, def_out, slot
+        value = int(rep_number[depth - 1 - index]) - 1
+        if value and positions is not None:
+            reps[positions] = value
+        starts = node.offsets[:-1]
+        positions = starts if positions is None else positions[starts]
+    if positions is not None and len(positions):
+        reps[positions] = rep_number[-1]
+    if def_base[-1] == 0:
+        return reps, None, None, positions
+    defs = np.zeros(n, dtype=np.uint16)
+    for index, node in enumerate(nodes):
+        if node.valid is not None and not bool(node.valid.all()):
+            defs[(defs == 0) & ~node.valid] = def_base[depth - 1 - index] + 1
+    if not defs.any():
+        return reps, defs, None, positions
+    slots = np.arange(n, dtype=np.int64)
+    slots[defs != 0] = -1
+    return reps, defs, slots, positions

@@ -77,6 +77,87 @@ def take_ranges(source: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> 
     return source[index]
 
 
+def take_interleaved(sources: list[np.ndarray], starts: list[np.ndarray], lengths: list[np.ndarray]) -> np.ndarray:
+    """Rows of ranges from several uint8 sources, concatenated row by row.
+
+    ``starts[i][r]``/``lengths[i][r]`` is the ``i``-th range of row ``r``;
+    starts are offsets into the concatenation of ``sources``. The result is
+    ``take_ranges`` of that concatenation with the ranges in row order. When
+    every column's ranges are alike in all rows but the last (see
+    :func:`_uniform_columns`), rows are filled with one strided copy per
+    column and the sources are never concatenated.
+    """
+    rows = len(starts[0]) if starts else 0
+    if rows >= 2:
+        plan = _uniform_columns(sources, starts, lengths)
+        if plan is not None:
+            return _fill_uniform(sources, plan, rows)
+    source = np.concatenate(sources) if sources else _EMPTY_U8
+    return take_ranges(source, np.stack(starts, axis=1).reshape(-1), np.stack(lengths, axis=1).reshape(-1))
+
+
+#: One column of a uniform gather: (source index, first start, step, length; last row: source, start, length).
+_Column = tuple[int, int, int, int, int, int, int]
+
+
+def _uniform_columns(
+    sources: list[np.ndarray], starts: list[np.ndarray], lengths: list[np.ndarray]
+) -> list[_Column] | None:
+    """Per column, where its ranges come from, if all rows but the last take the same length
+    from one source, each row the next range of it (step = length) or the same one (step 0)."""
+    bases = exclusive_cumsum(np.array([len(source) for source in sources], dtype=np.int64))
+    body = len(starts[0]) - 1
+    plan = []
+    for column_starts, column_lengths in zip(starts, lengths):
+        length = int(column_lengths[0])
+        if body > 1 and not bool(np.all(column_lengths[1:-1] == length)):
+            return None
+        first = int(column_starts[0])
+        step = int(column_starts[1]) - first if body > 1 else length
+        if step not in (0, length) or (body > 2 and not bool(np.all(np.diff(column_starts[:-1]) == step))):
+            return None
+        source = _source_of(bases, first, step * (body - 1) + length)
+        last_start, last_length = int(column_starts[-1]), int(column_lengths[-1])
+        last_source = _source_of(bases, last_start, last_length)
+        if source is None or last_source is None:
+            return None
+        plan.append((source, first - int(bases[source]), step, length,
+                     last_source, last_start - int(bases[last_source]), last_length))
+    return plan
+
+
+def _source_of(bases: np.ndarray, start: int, span: int) -> int | None:
+    """Index of the source holding ``[start, start + span)`` (0 when ``span`` is 0), else None."""
+    if span == 0:
+        return 0
+    index = int(np.searchsorted(bases, start, side="right")) - 1
+    if index < 0 or index >= len(bases) - 1 or start + span > int(bases[index + 1]):
+        return None
+    return index
+
+
+def _fill_uniform(sources: list[np.ndarray], plan: list[_Column], rows: int) -> np.ndarray:
+    """The rows of a uniform gather: strided copies for all rows but the last, then the last."""
+    body = rows - 1
+    row_bytes = sum(column[3] for column in plan)
+    out = np.empty(row_bytes * body + sum(column[6] for column in plan), dtype=np.uint8)
+    matrix = out[: row_bytes * body].reshape(body, row_bytes)
+    at = 0
+    for source, start, step, length, _, _, _ in plan:
+        if length:
+            data = sources[source]
+            if step:
+                matrix[:, at: at + length] = data[start: start + length * body].reshape(body, length)
+            else:
+                matrix[:, at: at + length] = data[start: start + length]
+        at += length
+    at = row_bytes * body
+    for _, _, _, _, source, start, length in plan:
+        out[at: at + length] = sources[source][start: start + length]
+        at += length
+    return out
+
+
 def check_ranges(ctx: Ctx, starts: np.ndarray, lengths: np.ndarray, size: int, what: str) -> None:
     """Every range lies within ``[0, size)``."""
     if len(starts) and (

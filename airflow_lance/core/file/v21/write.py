@@ -23,8 +23,13 @@ anything larger     full-zip: control word, u32 length + bytes or the fixed
 
 Chunks are built without per-chunk Python loops: all headers, level blocks
 and value slices of a page are gathered into one buffer with a single
-``take_ranges``. 2.1 limits chunk buffers to 16-bit sizes (chunks <= 32 KiB);
-2.2 (``has_large_chunk``) has 32-bit chunk metadata and buffer sizes.
+``take_interleaved`` (one strided copy per segment kind when all chunks but
+the last look alike, as for fixed-width values; else one ``take_ranges``).
+Levels are packed without per-value index arrays: chunks' levels are padded
+with one gather (or not at all when only the last chunk needs padding), and
+0/1 levels with few ones (list starts) are packed from the ones' positions.
+2.1 limits chunk buffers to 16-bit sizes (chunks <= 32 KiB); 2.2
+(``has_large_chunk``) has 32-bit chunk metadata and buffer sizes.
 """
 
 from __future__ import annotations
@@ -38,8 +43,9 @@ import pyarrow.compute as pc
 from airflow_lance.core._proto import encodings_v2_1_pb2 as pb
 from airflow_lance.core.errors import UnsupportedFeatureError
 from airflow_lance.core.file.v21 import bitpack
-from airflow_lance.core.file.v21.structure import LIST, NodeData, _visibility_table, layers_for, levels
-from airflow_lance.core.file.v21.util import exclusive_cumsum, take_ranges
+from airflow_lance.core.file.v21.structure import (
+    LIST, NodeData, _visibility_table, layers_for, levels, levels_and_rows, max_rep, visible_threshold)
+from airflow_lance.core.file.v21.util import exclusive_cumsum, take_interleaved, take_ranges
 
 #: Values larger than this (bytes per value, on average) go to full-zip pages, as in pylance.
 FULL_ZIP_THRESHOLD = 256
@@ -182,7 +188,7 @@ def _leaf(values: pa.Array, slots: np.ndarray | None) -> _Leaf:
 def encode_page(nodes: list[NodeData], values: pa.Array, rows: int, version: tuple[int, int]) -> EncodedPage:
     """Encode one page of a leaf column (nodes outermost first, ``values`` the leaf's slots)."""
     layers = layers_for(nodes)
-    rep, defs, slots = levels(nodes, layers)
+    rep, defs, slots, row_starts = levels_and_rows(nodes, layers)
     if pa.types.is_struct(values.type) and values.type.num_fields == 0:
         # pylance writes (and only reads) an empty struct leaf as a nullable item; without any
         # levels it reads as valid
@@ -197,7 +203,7 @@ def encode_page(nodes: list[NodeData], values: pa.Array, rows: int, version: tup
         leaf = _leaf(values, None)
     else:
         if defs is not None:
-            visible_mask = _visibility_table(layers)[defs.astype(np.int64)] == 0
+            visible_mask = defs <= visible_threshold(layers)  # visibility falls as the level rises
             visible_slots = slots[visible_mask]
         else:
             visible_mask = None
@@ -210,7 +216,7 @@ def encode_page(nodes: list[NodeData], values: pa.Array, rows: int, version: tup
         return _constant_page(layers, rep, defs, rows)
     if leaf.kind == "variable":
         leaf = _maybe_dictionary(leaf)
-    layout, buffers = _choose(layers, rep, defs, visible_mask, leaf, version)
+    layout, buffers = _choose(layers, rep, defs, visible_mask, leaf, version, row_starts)
     return EncodedPage(rows, layout, buffers)
 
 
@@ -264,12 +270,12 @@ def _value_bytes(leaf: _Leaf) -> tuple[int, int]:
     return leaf.bits // 8, leaf.bits // 8
 
 
-def _choose(layers, rep, defs, visible_mask, leaf: _Leaf, version):
+def _choose(layers, rep, defs, visible_mask, leaf: _Leaf, version, rows=None):
     average, largest = _value_bytes(leaf)
     bit_items = leaf.kind == "fsl" and leaf.bits == 1
     if leaf.kind in ("bool", "dict") or bit_items or (
             average <= FULL_ZIP_THRESHOLD and largest <= CHUNK_BYTES[version] * 4):
-        encoded = _mini_block(layers, rep, defs, visible_mask, leaf, version)
+        encoded = _mini_block(layers, rep, defs, visible_mask, leaf, version, rows)
         if encoded is not None:
             return encoded
     if leaf.kind in ("bool", "dict") or bit_items:
@@ -345,18 +351,18 @@ def _bitpacked_chunks(leaf: _Leaf, widths: np.ndarray, add):
         pieces.append(packed.reshape(-1))
         packed_start[sel] = base + np.arange(len(sel)) * packed.shape[1]
         base += packed.size
-    words = widths.astype(dtype).view(np.uint8)
-    packed_all = np.concatenate([words, *pieces])
     word = bits // 8
-    chunk = take_ranges(packed_all, np.stack([np.arange(blocks) * word, len(words) + packed_start], axis=1).reshape(-1),
-                        np.stack([np.full(blocks, word), block_bytes], axis=1).reshape(-1))
-    start = add(chunk)
+    words_start = add(widths.astype(dtype).view(np.uint8))
+    packed_base = add(np.concatenate(pieces))
     sizes = word + block_bytes
     encoding = pb.CompressiveEncoding(inline_bitpacking=pb.InlineBitpacking(uncompressed_bits_per_value=bits))
-    return encoding, [(start + exclusive_cumsum(sizes)[:-1], sizes)]
+    # each chunk: its width word, then its packed block (gathered once, with the chunk headers)
+    return encoding, [(sizes, [(words_start + np.arange(blocks) * word, np.full(blocks, word)),
+                               (packed_base + packed_start, block_bytes)])]
 
 
-def _mini_block(layers, rep, defs, visible_mask, leaf: _Leaf, version):
+def _mini_block(layers, rep, defs, visible_mask, leaf: _Leaf, version, rows=None):
+    """Mini-block layout of a page, or None if it does not fit (``rows``: first entry of every row)."""
     packing = None
     if leaf.packable and leaf.n >= bitpack.BLOCK:
         widths = _block_widths(leaf)
@@ -378,8 +384,8 @@ def _mini_block(layers, rep, defs, visible_mask, leaf: _Leaf, version):
     level_counts = None
     if rep is not None or defs is not None:
         entries = len(rep if rep is not None else defs)
-        visible_positions = np.flatnonzero(visible_mask) if visible_mask is not None else np.arange(entries)
-        ends = visible_positions[np.minimum(exclusive_cumsum(counts)[1:], leaf.n) - 1] + 1
+        last_visible = np.minimum(exclusive_cumsum(counts)[1:], leaf.n) - 1
+        ends = (np.flatnonzero(visible_mask)[last_visible] if visible_mask is not None else last_visible) + 1
         ends[-1] = entries
         level_counts = np.diff(np.concatenate(([0], ends)))
         if int(level_counts.max()) > _MAX_LEVELS:
@@ -395,8 +401,14 @@ def _mini_block(layers, rep, defs, visible_mask, leaf: _Leaf, version):
 
     rep_enc = def_enc = None
     rep_part = def_part = None
+    top = row_starts = None
     if rep is not None:
-        rep_enc, rep_part = _pack_levels(rep, level_counts, add)
+        top = max_rep(layers)  # the first entry starts a row
+        if int(rep[0]) != top:
+            top, rows = max(int(rep.max()), 1), None
+        row_starts = rows if rows is not None else np.flatnonzero(rep == top)
+        # a single list layer: the row starts are the only ones
+        rep_enc, rep_part = _pack_levels(rep, level_counts, add, ones=row_starts if top == 1 else None)
     if defs is not None:
         def_enc, def_part = _pack_levels(defs, level_counts, add)
     if packing is not None:
@@ -414,13 +426,13 @@ def _mini_block(layers, rep, defs, visible_mask, leaf: _Leaf, version):
     parts = []
     for part in (rep_part, def_part):
         if part is not None:
-            header[:, at: at + 2] = part[1].astype("<u2").view(np.uint8).reshape(chunks, 2)
+            header[:, at: at + 2] = part[0].astype("<u2").view(np.uint8).reshape(chunks, 2)
             at += 2
             parts.append(part)
     for part in value_parts:
-        if version == (2, 1) and int(part[1].max()) > 65535:
+        if version == (2, 1) and int(part[0].max()) > 65535:
             return None
-        header[:, at: at + size_width] = part[1].astype(f"<u{size_width}").view(np.uint8).reshape(chunks, size_width)
+        header[:, at: at + size_width] = part[0].astype(f"<u{size_width}").view(np.uint8).reshape(chunks, size_width)
         at += size_width
         parts.append(part)
     header_start = add(header.reshape(-1))
@@ -428,16 +440,16 @@ def _mini_block(layers, rep, defs, visible_mask, leaf: _Leaf, version):
     seg_starts = [header_start + np.arange(chunks) * header_len, np.full(chunks, zeros)]
     seg_lengths = [np.full(chunks, header_len), np.full(chunks, -header_len % 8)]
     chunk_bytes = np.full(chunks, header_len + (-header_len % 8), dtype=np.int64)
-    for starts, sizes in parts:
-        seg_starts += [starts, np.full(chunks, zeros)]
-        seg_lengths += [sizes, -sizes % 8]
+    for sizes, pieces in parts:
+        for starts, lengths in pieces:
+            seg_starts.append(starts)
+            seg_lengths.append(lengths)
+        seg_starts.append(np.full(chunks, zeros))
+        seg_lengths.append(-sizes % 8)
         chunk_bytes += sizes + (-sizes % 8)
     if int(chunk_bytes.max()) > _MAX_CHUNK_TOTAL[version]:
         return None
-    source = np.concatenate(segments_src)
-    order_starts = np.stack(seg_starts, axis=1).reshape(-1)
-    order_lengths = np.stack(seg_lengths, axis=1).reshape(-1)
-    data = take_ranges(source, order_starts, order_lengths)
+    data = take_interleaved(segments_src, seg_starts, seg_lengths)
     logs = np.full(chunks, int(k).bit_length() - 1, dtype=np.int64)
     logs[-1] = 0
     if chunks > 1 and k == 1:
@@ -452,7 +464,7 @@ def _mini_block(layers, rep, defs, visible_mask, leaf: _Leaf, version):
     if rep_enc is not None:
         mini.rep_compression.CopyFrom(rep_enc)
         mini.repetition_index_depth = 1
-        buffers.append([pa.py_buffer(_repetition_index(rep, level_counts, max(rep.max(), 1)))])
+        buffers.append([pa.py_buffer(_repetition_index(rep, level_counts, top, row_starts))])
     if def_enc is not None:
         mini.def_compression.CopyFrom(def_enc)
     if leaf.kind == "dict":
@@ -461,40 +473,94 @@ def _mini_block(layers, rep, defs, visible_mask, leaf: _Leaf, version):
     return pb.PageLayout(mini_block_layout=mini), buffers
 
 
-def _pack_levels(levels_: np.ndarray, counts: np.ndarray, add):
-    """Out-of-line bit-packed levels per chunk: (encoding, (starts, sizes) in the source)."""
-    width = max(bitpack.bits_needed(int(levels_.max())), 1)
+def _pack_levels(levels_: np.ndarray, counts: np.ndarray, add, ones: np.ndarray | None = None):
+    """Out-of-line bit-packed levels per chunk: (encoding, (starts, sizes) in the source).
+
+    ``ones``: when given, the levels are 0/1 and these are the positions of the ones.
+    """
+    width = 1 if ones is not None else max(bitpack.bits_needed(int(levels_.max())), 1)
     block = bitpack.BLOCK
     full, tail = counts // block, counts % block
     words = 64 * width  # u16 words per packed block
     raw_tail = (tail > 0) & (tail == words)  # a packed tail would look like a raw one: store it raw
     packed_blocks = full + ((tail > 0) & ~raw_tail)
-    nblocks = int(packed_blocks.sum())
-    matrix = np.zeros((nblocks, block), dtype=np.uint16)
     first_block = exclusive_cumsum(packed_blocks)[:-1]
     level_start = exclusive_cumsum(counts)[:-1]
-    packed_values = counts - np.where(raw_tail, tail, 0)
-    # scatter each chunk's packed values into its blocks (rows padded with zeros)
-    flat_dest = np.repeat(first_block * block, packed_values) + (
-        np.arange(int(packed_values.sum())) - np.repeat(exclusive_cumsum(packed_values)[:-1], packed_values))
-    flat_src = np.repeat(level_start, packed_values) + (
-        np.arange(int(packed_values.sum())) - np.repeat(exclusive_cumsum(packed_values)[:-1], packed_values))
-    matrix.reshape(-1)[flat_dest] = levels_[flat_src]
-    packed = bitpack.pack(matrix, width, 16).view(np.uint8).reshape(-1)
+    raw_counts = np.where(raw_tail, tail, 0)
+    packed_values = counts - raw_counts
+    packed = _packed_ones(levels_, level_start, packed_values, packed_blocks, ones) if width == 1 else None
+    if packed is None:
+        matrix = _level_blocks(levels_, level_start, packed_values, packed_blocks)
+        packed = bitpack.pack(matrix, width, 16)
+    packed = packed.view(np.uint8).reshape(-1)
     block_bytes = words * 2
-    raw = take_ranges(levels_.view(np.uint8), (level_start + packed_values) * 2, np.where(raw_tail, tail, 0) * 2)
-    # each chunk: its packed blocks then its raw tail -> two ranges; merge into one contiguous copy
     chunk_packed = packed_blocks * block_bytes
-    chunk_raw = np.where(raw_tail, tail, 0) * 2
-    merged = take_ranges(np.concatenate([packed, raw]),
-                         np.stack([first_block * block_bytes, len(packed) + exclusive_cumsum(chunk_raw)[:-1]],
-                                  axis=1).reshape(-1),
-                         np.stack([chunk_packed, chunk_raw], axis=1).reshape(-1))
+    chunk_raw = raw_counts * 2
+    if not raw_tail.any():
+        merged = packed  # chunks' packed blocks are already back to back
+    elif not raw_tail[:-1].any():
+        merged = np.concatenate([packed, levels_[len(levels_) - int(raw_counts[-1]):].view(np.uint8)])
+    else:
+        raw = take_ranges(levels_.view(np.uint8), (level_start + packed_values) * 2, chunk_raw)
+        # each chunk: its packed blocks then its raw tail -> two ranges; merge into one contiguous copy
+        merged = take_ranges(np.concatenate([packed, raw]),
+                             np.stack([first_block * block_bytes, len(packed) + exclusive_cumsum(chunk_raw)[:-1]],
+                                      axis=1).reshape(-1),
+                             np.stack([chunk_packed, chunk_raw], axis=1).reshape(-1))
     start = add(merged)
     sizes = chunk_packed + chunk_raw
     encoding = pb.CompressiveEncoding(out_of_line_bitpacking=pb.OutOfLineBitpacking(
         uncompressed_bits_per_value=16, values=pb.CompressiveEncoding(flat=pb.Flat(bits_per_value=width))))
-    return encoding, (start + exclusive_cumsum(sizes)[:-1], sizes)
+    return encoding, _part(start + exclusive_cumsum(sizes)[:-1], sizes)
+
+
+#: 0/1 levels with at most this share of ones are packed from the positions of the ones.
+_SPARSE_ONES = 1 / 16
+
+
+def _packed_ones(levels_: np.ndarray, level_start: np.ndarray, packed_values: np.ndarray,
+                 packed_blocks: np.ndarray, ones: np.ndarray | None) -> np.ndarray | None:
+    """Packed blocks of 0/1 levels built from the ones (list starts are rare), if the chunks' packed
+    levels are back to back with padding only at the end (see :func:`_level_blocks`), else None."""
+    if not _contiguous(level_start, packed_values, packed_blocks):
+        return None
+    total = int(packed_values.sum())  # the chunks' levels start at 0: a raw tail can only end the page
+    if ones is None:
+        ones = np.flatnonzero(levels_[:total] != 0)  # (nonzero of booleans is much faster)
+    else:
+        ones = ones[: np.searchsorted(ones, total)]
+    if len(ones) > _SPARSE_ONES * max(total, 1):
+        return None
+    return bitpack.pack_ones(ones, int(packed_blocks.sum()), 16)
+
+
+def _contiguous(level_start: np.ndarray, packed_values: np.ndarray, packed_blocks: np.ndarray) -> bool:
+    """No chunk but the last pads its packed levels, and no raw tail lies between chunks."""
+    padding = packed_blocks * bitpack.BLOCK - packed_values
+    return not padding[:-1].any() and (len(level_start) < 2 or bool(np.all(
+        level_start[1:] == level_start[:-1] + packed_values[:-1])))
+
+
+def _level_blocks(levels_: np.ndarray, level_start: np.ndarray, packed_values: np.ndarray,
+                  packed_blocks: np.ndarray) -> np.ndarray:
+    """``(blocks, 1024)`` u16 matrix: each chunk's packed levels, its last block padded with zeros.
+
+    When no chunk but the last needs padding (and no raw tail sits between
+    chunks) this is the levels themselves, padded once at the end.
+    """
+    block = bitpack.BLOCK
+    nblocks = int(packed_blocks.sum())
+    padding = packed_blocks * block - packed_values
+    total = int(packed_values.sum())
+    if _contiguous(level_start, packed_values, packed_blocks):
+        matrix = np.zeros(nblocks * block, dtype=np.uint16)
+        begin = int(level_start[0]) if len(level_start) else 0
+        matrix[:total] = levels_[begin: begin + total]
+        return matrix.reshape(nblocks, block)
+    source = np.concatenate([levels_.astype(np.uint16, copy=False), np.zeros(block, dtype=np.uint16)])
+    starts = np.stack([level_start, np.full(len(level_start), len(levels_))], axis=1).reshape(-1)
+    lengths = np.stack([packed_values, padding], axis=1).reshape(-1)
+    return take_ranges(source, starts, lengths).reshape(nblocks, block)
 
 
 def _flat(bits: int) -> pb.CompressiveEncoding:
@@ -507,42 +573,66 @@ def _chunk_values(leaf: _Leaf, counts: np.ndarray, k: int, add):
     if leaf.kind in ("fixed", "dict"):
         width = leaf.bits // 8
         start = add(leaf.data)
-        return _flat(leaf.bits), [(start + first * width, counts * width)]
+        return _flat(leaf.bits), [_part(start + first * width, counts * width)]
     if leaf.kind == "bool":
         start = add(leaf.data)
-        return _flat(1), [(start + first // 8, (counts + 7) // 8)]
+        return _flat(1), [_part(start + first // 8, (counts + 7) // 8)]
     if leaf.kind == "fsl":
         row_bits = leaf.dim * leaf.bits  # chunks hold a multiple of 8 rows: byte-aligned starts
         parts = []
         for cumulative, valid in zip(np.cumprod(leaf.dims), leaf.layer_valid):
             if valid is not None:  # validity of this layer's items, outer layers first
                 start = add(np.packbits(valid, bitorder="little"))
-                parts.append((start + first * int(cumulative) // 8, (counts * int(cumulative) + 7) // 8))
+                parts.append(_part(start + first * int(cumulative) // 8, (counts * int(cumulative) + 7) // 8))
         start = add(leaf.data)
-        parts.append((start + first * row_bits // 8, (counts * row_bits + 7) // 8))
+        parts.append(_part(start + first * row_bits // 8, (counts * row_bits + 7) // 8))
         return _fsl_encoding(leaf), parts
     # variable: per chunk (n + 1) offsets relative to the chunk buffer, then the bytes
     width = 8 if leaf.large else 4
     offsets = leaf.offsets
-    last = first + counts
-    chunk_data = offsets[last] - offsets[first]
+    chunk_data = offsets[first + counts] - offsets[first]
     header = (counts + 1) * width
-    chunk_of_value = np.repeat(np.arange(len(counts)), counts + 1)
-    index = np.repeat(first, counts + 1) + (
-        np.arange(int((counts + 1).sum())) - np.repeat(exclusive_cumsum(counts + 1)[:-1], counts + 1))
-    local = offsets[index] - offsets[first][chunk_of_value] + header[chunk_of_value]
-    local_bytes = local.astype(f"<u{width}").view(np.uint8)
-    # one contiguous buffer per chunk: its offsets, its bytes, padding to the offset width
+    local_start = add(_chunk_offsets(offsets, first, counts, header, np.dtype(f"<u{width}")).view(np.uint8))
+    data_start = add(leaf.data)
+    pad_start = add(np.full(8, 72, dtype=np.uint8))
+    # one buffer per chunk: its offsets, its bytes, padding to the offset width (gathered once)
     pad = -(header + chunk_data) % width
-    merged = take_ranges(
-        np.concatenate([local_bytes, leaf.data, np.full(8, 72, dtype=np.uint8)]),
-        np.stack([exclusive_cumsum(header)[:-1], len(local_bytes) + offsets[first],
-                  np.full(len(counts), len(local_bytes) + len(leaf.data))], axis=1).reshape(-1),
-        np.stack([header, chunk_data, pad], axis=1).reshape(-1))
-    start = add(merged)
     sizes = header + chunk_data + pad
     encoding = pb.CompressiveEncoding(variable=pb.Variable(offsets=_flat(8 * width)))
-    return encoding, [(start + exclusive_cumsum(sizes)[:-1], sizes)]
+    return encoding, [(sizes, [(local_start + exclusive_cumsum(header)[:-1], header),
+                               (data_start + offsets[first], chunk_data),
+                               (np.full(len(counts), pad_start), pad)])]
+
+
+def _part(starts: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]]:
+    """A chunk buffer that is one range per chunk: (sizes, [(starts, sizes)])."""
+    return sizes, [(starts, sizes)]
+
+
+def _chunk_offsets(offsets: np.ndarray, first: np.ndarray, counts: np.ndarray, header: np.ndarray,
+                   dtype: np.dtype) -> np.ndarray:
+    """Every chunk's ``counts + 1`` value offsets, relative to the chunk buffer (after its ``header``).
+
+    All chunks but the last hold the same number of values, so their
+    offsets are rows of one strided view of ``offsets``: one subtraction.
+    """
+    chunks = len(counts)
+    k = int(counts[0])
+    out = np.empty(int(counts.sum()) + chunks, dtype=dtype)
+    body = chunks - 1
+    if body and not (bool(np.all(counts[:-1] == k)) and bool(np.all(first[:-1] == np.arange(body) * k))):
+        # not evenly chunked (``_chunk_counts`` never does this): index every offset
+        chunk = np.repeat(np.arange(chunks), counts + 1)
+        index = np.arange(len(out), dtype=np.int64) + np.repeat(first - exclusive_cumsum(counts + 1)[:-1], counts + 1)
+        out[:] = offsets[index] - (offsets[first] - header)[chunk]
+        return out
+    if body:
+        rows = np.lib.stride_tricks.sliding_window_view(offsets[: body * k + 1], k + 1)[::k]
+        shift = (offsets[first[:-1]] - header[:-1])[:, None]
+        np.subtract(rows, shift, out=out[: body * (k + 1)].reshape(body, k + 1), casting="unsafe")
+    begin = int(first[-1])
+    out[body * (k + 1):] = offsets[begin: begin + int(counts[-1]) + 1] - (offsets[begin] - header[-1])
+    return out
 
 
 def _fsl_encoding(leaf: _Leaf) -> pb.CompressiveEncoding:
@@ -553,22 +643,24 @@ def _fsl_encoding(leaf: _Leaf) -> pb.CompressiveEncoding:
     return encoding
 
 
-def _repetition_index(rep: np.ndarray, level_counts: np.ndarray, top: int) -> np.ndarray:
-    """Per chunk (rows finished in it, leftover entries), as pylance computes it."""
+def _repetition_index(rep: np.ndarray, level_counts: np.ndarray, top: int,
+                      positions: np.ndarray | None = None) -> np.ndarray:
+    """Per chunk (rows finished in it, leftover entries), as pylance computes it (``positions``: row starts)."""
     chunks = len(level_counts)
     starts = exclusive_cumsum(level_counts)
-    is_top = (rep == top).astype(np.int64)
-    seen = exclusive_cumsum(is_top)
-    rows = seen[starts[1:]] - seen[starts[:-1]] - is_top[starts[:-1]]
-    positions = np.flatnonzero(is_top)
-    last_top = np.searchsorted(positions, starts[1:], side="left") - 1
+    if positions is None:
+        positions = np.flatnonzero(rep == top)
+    seen = np.searchsorted(positions, starts, side="left")  # row starts before each chunk boundary
+    first_is_top = (rep[starts[:-1]] == top).astype(np.int64)
+    rows = seen[1:] - seen[:-1] - first_is_top
+    last_top = seen[1:] - 1
     last_pos = np.where(last_top >= 0, positions[np.maximum(last_top, 0)], -1)
     has_top = last_pos >= starts[:-1]
     leftovers = np.where(has_top, starts[1:] - last_pos, level_counts)
     leftovers[-1] = 0
     # a chunk starting with a new row completes the previous chunk's leftovers
     begins_row = np.zeros(chunks, dtype=bool)
-    begins_row[1:] = is_top[starts[1:-1]] == 1
+    begins_row[1:] = first_is_top[1:] == 1
     fix = np.flatnonzero(begins_row) - 1
     fix = fix[leftovers[fix] != 0]
     rows[fix] += 1
