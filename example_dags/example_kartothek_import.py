@@ -9,7 +9,9 @@ Runs as written (``airflow dags test example_kartothek_import``) given a ``lance
 connection holding the dataset root, e.g.
 ``AIRFLOW_CONN_LANCE_DEFAULT='{"conn_type": "lance", "host": "file:///tmp/lance-example"}'``.
 The source is the ``store_uri`` param: by default ``$AIRFLOW_LANCE_KARTOTHEK_STORE`` or the
-Kartothek fixtures committed with this repository (made by kartothek 5.3). The import is
+Kartothek fixtures committed with this repository (made by kartothek 5.3). The ``execution``
+param picks where the partitions are read and written: ``local`` (the worker) or ``spark``
+(executors of the ``spark_default`` connection, one Spark task per partition). The import is
 idempotent: running the DAG again finds it landed and writes nothing.
 """
 
@@ -34,7 +36,10 @@ with DAG(
     schedule=None,
     start_date=dt.datetime(2025, 1, 1),
     catchup=False,
-    params={"store_uri": Param(os.environ.get("AIRFLOW_LANCE_KARTOTHEK_STORE", str(FIXTURE_STORE)), type="string")},
+    params={
+        "store_uri": Param(os.environ.get("AIRFLOW_LANCE_KARTOTHEK_STORE", str(FIXTURE_STORE)), type="string"),
+        "execution": Param("local", enum=["local", "spark"]),
+    },
     tags=["example", "lance", "kartothek"],
 ) as dag:
     import_one_key = KartothekToLanceOperator(
@@ -47,6 +52,7 @@ with DAG(
         partition_columns="restore",
         max_rows_per_file=10_000,
         verify=True,
+        execution="{{ params.execution }}",
         outlets=[AssetAlias("lance-example-kartothek")],
     )
 

@@ -145,11 +145,11 @@ def test_invalid_arguments_are_refused_at_parse_time() -> None:
         KartothekToLanceOperator("t", "/s", "u", "/t")  # type: ignore[misc]
 
 
-def test_example_dag_imports_the_fixture_and_a_rerun_is_a_no_op(tmp_path: pathlib.Path) -> None:
+def test_example_dag_imports_the_fixture_on_spark_and_a_local_rerun_is_a_no_op(tmp_path: pathlib.Path) -> None:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(*connection_env("lance_default", conn_type="lance", host=f"file://{tmp_path}"))
         dag = load_dag("example_kartothek_import.py", "example_kartothek_import")
-        first, second = dag.test(), dag.test()
+        first, second = dag.test(run_conf={"execution": "spark"}), dag.test(run_conf={"execution": "local"})
     uri = str(tmp_path / "kartothek" / "one_key.lance")
     ds = pylance.dataset(uri)
     assert ds.version == 1  # the second run found the import landed
@@ -159,6 +159,7 @@ def test_example_dag_imports_the_fixture_and_a_rerun_is_a_no_op(tmp_path: pathli
             "import_one_key": "success", "report": "success"}
         imported = xcom_value(dag_run, "import_one_key")
         assert (imported["version"], imported["already_imported"], imported["verification"]["ok"]) == (1, already, True)
+        assert imported["execution"] == ("local" if already else "spark")
         report = xcom_value(dag_run, "report")
         assert (report["version"], report["rows"]) == (1, ds.count_rows())
     assert [e["already_imported"] for e in asset_events(f"lance+file://{uri}")] == [False, True]
