@@ -90,8 +90,9 @@ def _extract(array: pa.Array, path: list[tuple[int, pa.DataType]]) -> tuple[list
     return nodes, array
 
 
-def _merge(pieces: list[tuple[list[NodeData], pa.Array]]) -> tuple[list[NodeData], pa.Array]:
-    """Concatenate the node data and leaf values of several row runs."""
+def _merge(pieces: list[tuple[list[NodeData], pa.Array]]) -> tuple[list[NodeData], pa.Array | pa.ChunkedArray]:
+    """Concatenate the node data of several row runs; their leaf values as the chunks of one array
+    (fixed-width values and string bytes are copied from each chunk straight into the page layout)."""
     if len(pieces) == 1:
         return pieces[0]
     merged = []
@@ -106,9 +107,9 @@ def _merge(pieces: list[tuple[list[NodeData], pa.Array]]) -> tuple[list[NodeData
             offsets = np.concatenate([p.offsets[:-1] + b for p, b in zip(parts, base[:-1])] + [base[-1:]])
         merged.append(NodeData(first.kind, sum(p.length for p in parts), valid, offsets))
     leaves = [p[1] for p in pieces]
-    leaf = pa.concat_arrays(leaves) if not pa.types.is_dictionary(leaves[0].type) else \
-        pa.chunked_array(leaves).unify_dictionaries().combine_chunks()
-    return merged, leaf
+    if pa.types.is_dictionary(leaves[0].type):
+        return merged, pa.chunked_array(leaves).unify_dictionaries().combine_chunks()
+    return merged, pa.chunked_array(leaves, leaves[0].type)  # encode_page joins them as it needs
 
 
 class _LeafColumn:

@@ -8,6 +8,7 @@ a concatenated source); the fast paths must give identical arrays/bytes.
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from airflow_lance.core._proto import encodings_v2_1_pb2 as pb
@@ -17,7 +18,7 @@ from airflow_lance.core.file.v21.structure import (
     levels_and_rows,
 )
 from airflow_lance.core.file.v21.util import exclusive_cumsum, take_interleaved, take_ranges
-from airflow_lance.core.file.v21.write import _chunk_offsets, _pack_levels, _repetition_index
+from airflow_lance.core.file.v21.write import _chunk_offsets, _pack_levels, _repetition_index, encode_page
 
 
 # ----------------------------------------------------------------------------- references
@@ -156,6 +157,7 @@ def test_levels_match_reference(kinds, nulls, empties, null_lengths):
             assert len(ref_slots) == nodes[-1].length
         else:
             assert np.array_equal(slots, ref_slots)
+            assert np.all(np.diff(slots[slots >= 0]) > 0)  # leaf slots rise along the entries
 
 
 def test_levels_without_gaps_nested():
@@ -233,6 +235,81 @@ def test_take_interleaved_matches_take_ranges(seed):
     expected = take_ranges(np.concatenate(sources), np.stack(starts, axis=1).reshape(-1),
                            np.stack(lengths, axis=1).reshape(-1))
     assert np.array_equal(take_interleaved(sources, starts, lengths), expected)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_take_interleaved_runs_across_sources(seed):
+    """Uniform columns whose ranges run on from one source into the next (a page's values in pieces)."""
+    rng = np.random.default_rng(100 + seed)
+    rows = int(rng.integers(2, 60))
+    header = rng.integers(0, 256, rows * 5, dtype=np.uint8)
+    length = int(rng.integers(1, 40))
+    values = rng.integers(0, 256, rows * length, dtype=np.uint8)
+    cuts = np.sort(rng.choice(np.arange(1, len(values)), int(rng.integers(1, 6)), replace=False))
+    pieces = [piece for piece in np.split(values, cuts)]
+    if seed % 2:
+        pieces.insert(1, np.zeros(0, np.uint8))  # an empty piece in between
+    sources = [header, *pieces, np.full(8, 0xFE, np.uint8)]
+    bases = exclusive_cumsum(np.array([len(s) for s in sources]))
+    last_length = int(rng.integers(0, length + 1))
+    starts = [bases[0] + 5 * np.arange(rows), bases[1] + length * np.arange(rows), np.full(rows, bases[-2])]
+    lengths = [np.full(rows, 5), np.full(rows, length), np.full(rows, 3)]
+    lengths[1][-1] = last_length
+    starts, lengths = [np.asarray(a, np.int64) for a in starts], [np.asarray(a, np.int64) for a in lengths]
+    expected = take_ranges(np.concatenate(sources), np.stack(starts, axis=1).reshape(-1),
+                           np.stack(lengths, axis=1).reshape(-1))
+    assert np.array_equal(take_interleaved(sources, starts, lengths), expected)
+
+
+def _chunked(array: pa.Array, rng: np.random.Generator) -> pa.ChunkedArray:
+    cuts = np.sort(rng.choice(np.arange(1, len(array)), 4, replace=False)).tolist()
+    bounds = [0, *cuts, len(array)]
+    return pa.chunked_array([array.slice(a, b - a) for a, b in zip(bounds[:-1], bounds[1:])], array.type)
+
+
+@pytest.mark.parametrize("version", [(2, 1), (2, 2)])
+@pytest.mark.parametrize("dtype", [pa.float32(), pa.float64(), pa.int64(), pa.string(), pa.large_binary()])
+@pytest.mark.parametrize("in_list", [False, True])
+def test_encode_page_of_chunks_matches_one_array(version, dtype, in_list):
+    """Leaf values in several chunks (the writer's pending pieces) encode like their concatenation."""
+    rng = np.random.default_rng(7)
+    rows = 20_000
+    if pa.types.is_floating(dtype):
+        values = pa.array(rng.standard_normal(rows), dtype)
+    elif pa.types.is_integer(dtype):
+        values = pa.array(rng.integers(-(1 << 40), 1 << 40, rows), dtype)
+    else:
+        distinct = 10**6 if dtype == pa.string() else 8  # page dictionary or not
+        values = pa.array([f"w{i}" * int(i % 5) for i in rng.integers(0, distinct, rows)], dtype)
+    nodes = [NodeData(ITEM, rows, None)]
+    if in_list:  # lists of 1+ items, some empty lists (half of them null)
+        cuts = np.sort(rng.choice(np.arange(1, rows), rows // 4, replace=False))
+        offsets = np.concatenate([[0], cuts, [rows]])
+        offsets = np.sort(np.concatenate([offsets, rng.choice(offsets, 200)])).astype(np.int64)
+        empty = np.diff(offsets) == 0
+        valid = ~(empty & (rng.random(len(empty)) < 0.5))
+        nodes = [NodeData(LIST, len(empty), valid, offsets), nodes[0]]
+    whole = encode_page(nodes, values, nodes[0].length, version)
+    pieces = encode_page(nodes, _chunked(values, rng), nodes[0].length, version)
+    assert pieces.layout == whole.layout
+    assert [b"".join(bytes(s) for s in b) for b in pieces.buffers] == [b"".join(bytes(s) for s in b)
+                                                                        for b in whole.buffers]
+
+
+@pytest.mark.parametrize("bits", [8, 16, 32, 64])
+def test_pack_blocks_matches_pack_per_block(bits):
+    rng = np.random.default_rng(bits)
+    dtype = np.dtype(f"<u{bits // 8}")
+    for trial in range(12):
+        blocks = int(rng.integers(1, 30))
+        widths = np.zeros(blocks, np.int64) if trial == 0 else rng.integers(0, bits + 1, blocks)
+        values = np.zeros((blocks, bitpack.BLOCK), dtype=dtype)
+        for block, width in enumerate(widths.tolist()):
+            if width:
+                high = rng.integers(0, 1 << min(width - 1, 62), bitpack.BLOCK, dtype=np.uint64)
+                values[block] = (high.astype(dtype) << dtype.type(max(width - 63, 0))) | dtype.type(1 << (width - 1))
+        expected = [bitpack.pack(values[b: b + 1], int(w), bits).reshape(-1) for b, w in enumerate(widths)]
+        assert np.array_equal(bitpack.pack_blocks(values, widths, bits), np.concatenate(expected))
 
 
 @pytest.mark.parametrize("bits", [8, 16, 32])

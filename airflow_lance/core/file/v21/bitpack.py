@@ -87,6 +87,37 @@ def pack(values: np.ndarray, width: int, bits: int) -> np.ndarray:
     return out
 
 
+def pack_blocks(values: np.ndarray, widths: np.ndarray, bits: int) -> np.ndarray:
+    """:func:`pack` of every block at its own width: ``(k, 1024)`` values -> the blocks' packed words
+    back to back (block ``b`` takes ``1024 * widths[b] / bits`` words).
+
+    One pass over the ``T`` rows for all blocks: each row lands in one word
+    (and possibly spills into the next) per block, at a per-block word and
+    shift, so mixed widths cost no more numpy operations than a single one.
+    """
+    dtype = np.dtype(f"<u{bits // 8}")
+    lanes = BLOCK // bits
+    blocks = len(values)
+    values = values.reshape(blocks, BLOCK).astype(dtype, copy=False)
+    width = np.asarray(widths, dtype=np.int64)
+    most = int(width.max()) if blocks else 0
+    if most == 0:
+        return np.zeros(0, dtype=dtype)
+    out = np.zeros((blocks, most, lanes), dtype=dtype)
+    every = np.arange(blocks)
+    for row in range(bits):
+        base = _row_base(row)
+        source = values[:, base: base + lanes]
+        word, shift = np.divmod(row * width, bits)
+        word = np.minimum(word, most - 1)  # width-0 blocks (all zeros) stay in range
+        out[every, word] |= source << shift.astype(dtype)[:, None]
+        spill = np.flatnonzero(shift + width > bits)
+        if len(spill):
+            out[spill, word[spill] + 1] |= source[spill] >> (bits - shift[spill]).astype(dtype)[:, None]
+    keep = np.arange(most)[None, :] < width[:, None]
+    return out[keep].reshape(-1)
+
+
 def pack_ones(positions: np.ndarray, blocks: int, bits: int) -> np.ndarray:
     """:func:`pack` at width 1 of ``blocks`` blocks that are 1 at ``positions`` (flat, distinct), else 0.
 

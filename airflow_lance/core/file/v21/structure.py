@@ -257,7 +257,60 @@ def levels_and_rows(
         return None, defs, None, None
     if _without_gaps(nodes):
         return _levels_without_gaps(nodes, layers, def_base, rep_number)
+    if depth == 2 and nodes[0].kind == LIST:
+        single = _levels_single_list(nodes, layers, def_base)
+        if single is not None:
+            return single
     return _levels_general(nodes, layers, def_base, rep_number)
+
+
+def _nulls(node: NodeData) -> np.ndarray | None:
+    """Null slots of a node (None: none)."""
+    return None if node.valid is None or bool(node.valid.all()) else ~node.valid
+
+
+def _levels_single_list(
+    nodes: list[NodeData], layers: list[int], def_base: np.ndarray
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray] | None:
+    """:func:`levels_and_rows` of a list of items (the common ``list<primitive>``) with gaps, or None
+    when a null list covers items (then :func:`_levels_general`).
+
+    A row is its items' entries, or one entry if null or empty (a gap); an
+    entry's leaf slot is its position minus the gaps up to it.
+    """
+    node, item = nodes
+    offsets = node.offsets
+    lengths = np.diff(offsets)
+    null = _nulls(node)
+    if int(offsets[0]) != 0 or int(offsets[-1]) != item.length or (
+            null is not None and bool(np.any(lengths[null]))):
+        return None
+    gaps = np.flatnonzero(lengths == 0)  # null lists are empty too
+    np.maximum(lengths, 1, out=lengths)  # entries per row
+    row_starts = exclusive_cumsum(lengths)
+    total = int(row_starts[-1])
+    row_starts = row_starts[:-1]
+    reps = np.zeros(total, dtype=np.uint16)
+    reps[row_starts] = 1
+    gap_at = row_starts[gaps]
+    is_gap = np.zeros(total, dtype=bool)
+    is_gap[gap_at] = True
+    slot = np.cumsum(~is_gap, dtype=np.int64)  # items up to and including each entry
+    slot -= 1
+    slot[gap_at] = -1
+    defs = None
+    if def_base[-1]:
+        defs = np.zeros(total, dtype=np.uint16)
+        if layers[1] in (pb.REPDEF_EMPTYABLE_LIST, pb.REPDEF_NULL_AND_EMPTY_LIST):
+            defs[gap_at] = def_base[1] + _DEF_COUNT[layers[1]]
+        if null is not None:
+            defs[row_starts[np.flatnonzero(null)]] = def_base[1] + 1
+        item_null = _nulls(item)
+        if item_null is not None:
+            at = np.flatnonzero(~is_gap)[item_null]
+            defs[at] = def_base[0] + 1
+            slot[at] = -1
+    return reps, defs, slot, row_starts
 
 
 def _levels_general(

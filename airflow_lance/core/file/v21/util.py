@@ -96,40 +96,42 @@ def take_interleaved(sources: list[np.ndarray], starts: list[np.ndarray], length
     return take_ranges(source, np.stack(starts, axis=1).reshape(-1), np.stack(lengths, axis=1).reshape(-1))
 
 
-#: One column of a uniform gather: (source index, first start, step, length; last row: source, start, length).
-_Column = tuple[int, int, int, int, int, int, int]
+#: One column of a uniform gather, offsets into the concatenated sources:
+#: (first start, step, length; last row: start, length).
+_Column = tuple[int, int, int, int, int]
 
 
 def _uniform_columns(
     sources: list[np.ndarray], starts: list[np.ndarray], lengths: list[np.ndarray]
 ) -> list[_Column] | None:
-    """Per column, where its ranges come from, if all rows but the last take the same length
-    from one source, each row the next range of it (step = length) or the same one (step 0)."""
+    """Per column, where its ranges come from, if all rows but the last take the same length,
+    each row the next range (step = length; it may run on across sources, e.g. the pieces of
+    a page's values) or the same one (step 0, within one source)."""
     bases = exclusive_cumsum(np.array([len(source) for source in sources], dtype=np.int64))
-    body = len(starts[0]) - 1
+    total = int(bases[-1])
+    all_starts, all_lengths = np.stack(starts), np.stack(lengths)  # (columns, rows), checked at once
+    body = all_starts.shape[1] - 1
+    length = all_lengths[:, 0]
+    step = all_starts[:, 1] - all_starts[:, 0] if body > 1 else length
+    if (body > 1 and not bool(np.all(all_lengths[:, 1:-1] == length[:, None]))) or \
+            not bool(np.all((step == 0) | (step == length))) or \
+            (body > 2 and not bool(np.all(np.diff(all_starts[:, :-1], axis=1) == step[:, None]))):
+        return None
     plan = []
-    for column_starts, column_lengths in zip(starts, lengths):
-        length = int(column_lengths[0])
-        if body > 1 and not bool(np.all(column_lengths[1:-1] == length)):
+    for first, step_, length_, last_start, last_length in zip(
+            all_starts[:, 0].tolist(), step.tolist(), length.tolist(), all_starts[:, -1].tolist(),
+            all_lengths[:, -1].tolist()):
+        span = step_ * (body - 1) + length_
+        if length_ and (first < 0 or first + span > total or (step_ == 0 and _source_of(bases, first, span) is None)):
             return None
-        first = int(column_starts[0])
-        step = int(column_starts[1]) - first if body > 1 else length
-        if step not in (0, length) or (body > 2 and not bool(np.all(np.diff(column_starts[:-1]) == step))):
+        if last_length and (last_start < 0 or last_start + last_length > total):
             return None
-        source = _source_of(bases, first, step * (body - 1) + length)
-        last_start, last_length = int(column_starts[-1]), int(column_lengths[-1])
-        last_source = _source_of(bases, last_start, last_length)
-        if source is None or last_source is None:
-            return None
-        plan.append((source, first - int(bases[source]), step, length,
-                     last_source, last_start - int(bases[last_source]), last_length))
+        plan.append((first, step_, length_, last_start, last_length))
     return plan
 
 
 def _source_of(bases: np.ndarray, start: int, span: int) -> int | None:
-    """Index of the source holding ``[start, start + span)`` (0 when ``span`` is 0), else None."""
-    if span == 0:
-        return 0
+    """Index of the source holding ``[start, start + span)``, else None."""
     index = int(np.searchsorted(bases, start, side="right")) - 1
     if index < 0 or index >= len(bases) - 1 or start + span > int(bases[index + 1]):
         return None
@@ -138,24 +140,65 @@ def _source_of(bases: np.ndarray, start: int, span: int) -> int | None:
 
 def _fill_uniform(sources: list[np.ndarray], plan: list[_Column], rows: int) -> np.ndarray:
     """The rows of a uniform gather: strided copies for all rows but the last, then the last."""
+    bases = exclusive_cumsum(np.array([len(source) for source in sources], dtype=np.int64))
     body = rows - 1
-    row_bytes = sum(column[3] for column in plan)
-    out = np.empty(row_bytes * body + sum(column[6] for column in plan), dtype=np.uint8)
+    row_bytes = sum(column[2] for column in plan)
+    out = np.empty(row_bytes * body + sum(column[4] for column in plan), dtype=np.uint8)
     matrix = out[: row_bytes * body].reshape(body, row_bytes)
     at = 0
-    for source, start, step, length, _, _, _ in plan:
+    for start, step, length, _, _ in plan:
         if length:
-            data = sources[source]
             if step:
-                matrix[:, at: at + length] = data[start: start + length * body].reshape(body, length)
+                _copy_rows(sources, bases, start, matrix[:, at: at + length])
             else:
-                matrix[:, at: at + length] = data[start: start + length]
+                source = _source_of(bases, start, length)
+                local = start - int(bases[source])
+                matrix[:, at: at + length] = sources[source][local: local + length]
         at += length
     at = row_bytes * body
-    for _, _, _, _, source, start, length in plan:
-        out[at: at + length] = sources[source][start: start + length]
+    for _, _, _, start, length in plan:
+        _copy_run(sources, bases, start, out[at: at + length])
         at += length
     return out
+
+
+def _spans(bases: np.ndarray, start: int, length: int):
+    """``(source, offset in it, offset in the run, bytes)`` of the run ``[start, start + length)``
+    of the concatenated sources, one per source it touches."""
+    index = int(np.searchsorted(bases, start, side="right")) - 1
+    done = 0
+    while done < length:
+        local = start + done - int(bases[index])
+        size = min(length - done, int(bases[index + 1]) - start - done)
+        if size > 0:
+            yield index, local, done, size
+        done += max(size, 0)
+        index += 1
+
+
+def _copy_run(sources: list[np.ndarray], bases: np.ndarray, start: int, out: np.ndarray) -> None:
+    """``out[:] =`` the run of the concatenated sources starting at ``start`` (one copy per source)."""
+    for index, local, done, size in _spans(bases, start, len(out)):
+        out[done: done + size] = sources[index][local: local + size]
+
+
+def _copy_rows(sources: list[np.ndarray], bases: np.ndarray, start: int, matrix: np.ndarray) -> None:
+    """Fill the ``(rows, length)`` view ``matrix`` row by row from the run of the concatenated sources
+    starting at ``start``: per source a partial first row, whole rows (one strided copy), a partial last row."""
+    rows, length = matrix.shape
+    for index, local, done, size in _spans(bases, start, rows * length):
+        data = sources[index][local: local + size]
+        row, column = divmod(done, length)
+        if column:  # the end of a row begun by the previous source
+            head = min(length - column, size)
+            matrix[row, column: column + head] = data[:head]
+            data, row = data[head:], row + 1
+        whole = len(data) // length
+        if whole:
+            matrix[row: row + whole] = data[: whole * length].reshape(whole, length)
+        rest = len(data) - whole * length
+        if rest:
+            matrix[row + whole, :rest] = data[whole * length:]
 
 
 def check_ranges(ctx: Ctx, starts: np.ndarray, lengths: np.ndarray, size: int, what: str) -> None:

@@ -25,6 +25,9 @@ Chunks are built without per-chunk Python loops: all headers, level blocks
 and value slices of a page are gathered into one buffer with a single
 ``take_interleaved`` (one strided copy per segment kind when all chunks but
 the last look alike, as for fixed-width values; else one ``take_ranges``).
+The leaf values may come as the chunks the writer received: fixed-width
+values and string bytes stay in their chunks and are copied from each
+straight into the page's chunk layout (no concatenation first).
 Levels are packed without per-value index arrays: chunks' levels are padded
 with one gather (or not at all when only the last chunk needs padding), and
 0/1 levels with few ones (list starts) are packed from the ones' positions.
@@ -86,6 +89,13 @@ class _Leaf:
     dictionary: pa.Array | None = None
     large: bool = False
     packable: bool = False          # integer-like fixed values: bit-packing may pay off
+    pieces: list[np.ndarray] | None = None  # fixed/variable: ``data`` in parts (data None until joined)
+
+    def joined(self) -> np.ndarray:
+        """``data``, concatenating the ``pieces`` first if the values came in several."""
+        if self.data is None and self.pieces is not None:
+            self.data = np.concatenate(self.pieces) if self.pieces else np.zeros(0, np.uint8)
+        return self.data
 
 
 def _fixed_width(dtype: pa.DataType) -> int | None:
@@ -102,10 +112,54 @@ def _bool_bits(array: pa.Array) -> np.ndarray:
     return np.asarray(array.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
 
 
-def _leaf(values: pa.Array, slots: np.ndarray | None) -> _Leaf:
-    """Leaf values at ``slots`` (None: all of ``values`` in order; -1: a null placeholder)."""
+def _fixed_pieces(values: pa.ChunkedArray) -> _Leaf | None:
+    """All of several chunks of fixed-width values that are not worth bit-packing, left in their
+    chunks (the mini-block layout copies each straight into its chunks), else None."""
     dtype = values.type
+    width = _fixed_width(dtype)
+    if not width or pa.types.is_null(dtype) or pa.types.is_dictionary(dtype) or _packable(dtype, width):
+        return None
+    pieces = [_leaf(chunk, None).data for chunk in values.chunks]
+    return _Leaf("fixed", len(values), bits=width * 8, pieces=pieces)
+
+
+def _variable_pieces(values: pa.ChunkedArray) -> _Leaf | None:
+    """All of several chunks of strings/binary: one offsets array (written straight from the chunks'
+    offsets), the bytes left in their chunks."""
+    if values.type not in (pa.string(), pa.binary(), *_LARGE):
+        return None
+    large = values.type in _LARGE
+    width = 8 if large else 4
+    offsets = np.zeros(len(values) + 1, dtype=np.int64)
+    pieces = []
+    at = size = 0
+    for chunk in values.chunks:
+        count = len(chunk)
+        if not count:
+            continue
+        raw = np.frombuffer(chunk.buffers()[1], dtype=f"<i{width}", count=count + 1, offset=chunk.offset * width)
+        start, end = int(raw[0]), int(raw[-1])
+        np.add(raw[1:], np.int64(size - start), out=offsets[at + 1: at + count + 1])
+        data = chunk.buffers()[2]
+        pieces.append(np.frombuffer(data, dtype=np.uint8)[start:end] if end > start else np.zeros(0, np.uint8))
+        at, size = at + count, size + end - start
+    return _Leaf("variable", len(values), offsets=offsets, large=large, pieces=pieces)
+
+
+def _packable(dtype: pa.DataType, width: int) -> bool:
+    """Integer-like values of 1, 2, 4 or 8 bytes (bit-packing may pay off)."""
+    return (pa.types.is_integer(dtype) or pa.types.is_temporal(dtype)) and width in (1, 2, 4, 8)
+
+
+def _leaf(values: pa.Array | pa.ChunkedArray, slots: np.ndarray | None) -> _Leaf:
+    """Leaf values at ``slots`` (None: all of ``values`` in order; -1: a null placeholder)."""
     identity = slots is None
+    if isinstance(values, pa.ChunkedArray):
+        pieces = (_fixed_pieces(values) or _variable_pieces(values)) if identity and values.num_chunks > 1 else None
+        if pieces is not None:
+            return pieces
+        values = values.chunk(0) if values.num_chunks == 1 else pa.concat_arrays(values.chunks)
+    dtype = values.type
     n = len(values) if identity else len(slots)
     take = None if identity else np.where(slots >= 0, slots, 0)
     if pa.types.is_null(dtype):
@@ -133,8 +187,8 @@ def _leaf(values: pa.Array, slots: np.ndarray | None) -> _Leaf:
             if (slots < 0).any():
                 rows = rows.copy()
                 rows[slots < 0] = 0
-        packable = (pa.types.is_integer(dtype) or pa.types.is_temporal(dtype)) and width in (1, 2, 4, 8)
-        return _Leaf("fixed", n, bits=width * 8, data=np.ascontiguousarray(rows).reshape(-1), packable=packable)
+        return _Leaf("fixed", n, bits=width * 8, data=np.ascontiguousarray(rows).reshape(-1),
+                     packable=_packable(dtype, width))
     if pa.types.is_fixed_size_list(dtype):
         dims, valids = [], []
         current, current_type = values, dtype
@@ -185,8 +239,10 @@ def _leaf(values: pa.Array, slots: np.ndarray | None) -> _Leaf:
 # ----------------------------------------------------------------------------- page encoding
 
 
-def encode_page(nodes: list[NodeData], values: pa.Array, rows: int, version: tuple[int, int]) -> EncodedPage:
-    """Encode one page of a leaf column (nodes outermost first, ``values`` the leaf's slots)."""
+def encode_page(nodes: list[NodeData], values: pa.Array | pa.ChunkedArray, rows: int,
+                version: tuple[int, int]) -> EncodedPage:
+    """Encode one page of a leaf column (nodes outermost first, ``values`` the leaf's slots, in one
+    array or several chunks: fixed-width values are then copied from each chunk into place)."""
     layers = layers_for(nodes)
     rep, defs, slots, row_starts = levels_and_rows(nodes, layers)
     if pa.types.is_struct(values.type) and values.type.num_fields == 0:
@@ -202,15 +258,12 @@ def encode_page(nodes: list[NodeData], values: pa.Array, rows: int, version: tup
         visible_mask = None
         leaf = _leaf(values, None)
     else:
-        if defs is not None:
-            visible_mask = defs <= visible_threshold(layers)  # visibility falls as the level rises
-            visible_slots = slots[visible_mask]
+        # visibility falls as the level rises
+        visible_mask = None if defs is None else defs <= visible_threshold(layers)
+        if _identity(slots, visible_mask, len(values)):
+            leaf = _leaf(values, None)
         else:
-            visible_mask = None
-            visible_slots = slots
-        identity = len(visible_slots) == len(values) and (len(values) == 0 or (
-            int(visible_slots[0]) == 0 and bool(np.all(np.diff(visible_slots) == 1))))
-        leaf = _leaf(values, None if identity else visible_slots)
+            leaf = _leaf(values, slots if visible_mask is None else slots[visible_mask])
     has_valid = defs is None or bool(np.any(defs == 0))
     if leaf.kind == "null" or not has_valid or leaf.n == 0:
         return _constant_page(layers, rep, defs, rows)
@@ -218,6 +271,18 @@ def encode_page(nodes: list[NodeData], values: pa.Array, rows: int, version: tup
         leaf = _maybe_dictionary(leaf)
     layout, buffers = _choose(layers, rep, defs, visible_mask, leaf, version, row_starts)
     return EncodedPage(rows, layout, buffers)
+
+
+def _identity(slots: np.ndarray, visible: np.ndarray | None, count: int) -> bool:
+    """Whether the leaf slots of the visible entries are ``0 .. count - 1`` in order.
+
+    Leaf slots (-1 aside) rise strictly along the entries, so that is
+    ``count`` visible entries without a placeholder (-1), found without
+    gathering the visible slots.
+    """
+    if visible is None:
+        return len(slots) == count and not (count and int(slots.min()) < 0)
+    return int(np.count_nonzero(visible)) == count and not bool(np.any(visible & (slots < 0)))
 
 
 #: Strings/binary are dictionary-encoded when at most this share of a page's values are distinct.
@@ -230,21 +295,35 @@ def _maybe_dictionary(leaf: _Leaf) -> _Leaf:
 
     A sample of the first values decides cheaply whether hashing the whole
     page is worth it (pylance uses a cardinality estimate with the same
-    threshold of half the values).
+    threshold of half the values). When the sample holds every value of the
+    page, its distinct values in order of appearance are the page dictionary
+    and a lookup in them (cheaper than hashing anew) gives the indices.
     """
     if leaf.n < 256:
         return leaf
-    array = pa.LargeBinaryArray.from_buffers(pa.large_binary(), leaf.n, [None, pa.py_buffer(leaf.offsets),
-                                                                          pa.py_buffer(leaf.data)])
-    sample = array.slice(0, min(leaf.n, _DICTIONARY_SAMPLE))
-    if pc.count_distinct(sample).as_py() > DICTIONARY_RATIO * len(sample):
+    sample = min(leaf.n, _DICTIONARY_SAMPLE)
+    distinct = pc.unique(_binary_array(leaf, sample))
+    if len(distinct) > DICTIONARY_RATIO * sample:
         return leaf
-    encoded = pc.dictionary_encode(array)
-    if len(encoded.dictionary) > DICTIONARY_RATIO * leaf.n:
+    array = _binary_array(leaf, leaf.n)
+    dictionary, found = distinct, pc.index_in(array, value_set=distinct)
+    if found.null_count:  # values the sample has not seen
+        encoded = pc.dictionary_encode(array)
+        dictionary, found = encoded.dictionary, encoded.indices
+    if len(dictionary) > DICTIONARY_RATIO * leaf.n:
         return leaf
-    indices = np.asarray(encoded.indices.to_numpy(zero_copy_only=False)).astype("<u4").view(np.uint8)
-    dictionary = encoded.dictionary if leaf.large else encoded.dictionary.cast(pa.binary())
+    indices = np.asarray(found.to_numpy(zero_copy_only=False))
+    indices = (indices.view("<u4") if indices.dtype == np.dtype("<i4") else indices.astype("<u4")).view(np.uint8)
+    dictionary = dictionary if leaf.large else dictionary.cast(pa.binary())
     return _Leaf("dict", leaf.n, bits=32, data=indices, dictionary=dictionary, packable=True)
+
+
+def _binary_array(leaf: _Leaf, count: int) -> pa.LargeBinaryArray:
+    """The first ``count`` values of a variable leaf as an Arrow array (no copy unless they span pieces)."""
+    size = int(leaf.offsets[count])
+    data = leaf.pieces[0] if leaf.data is None and leaf.pieces and len(leaf.pieces[0]) >= size else leaf.joined()
+    return pa.LargeBinaryArray.from_buffers(pa.large_binary(), count, [
+        None, pa.py_buffer(leaf.offsets[: count + 1]), pa.py_buffer(data[:size])])
 
 
 def _constant_page(layers, rep, defs, rows) -> EncodedPage:
@@ -333,6 +412,10 @@ def _block_widths(leaf: _Leaf) -> np.ndarray:
     return np.searchsorted(thresholds, maxima, side="right").astype(np.int64)
 
 
+#: Blocks of more distinct widths than this are packed in one pass (:func:`bitpack.pack_blocks`).
+_PACK_GROUPS = 2
+
+
 def _bitpacked_chunks(leaf: _Leaf, widths: np.ndarray, add):
     """Inline bit-packing: one chunk per 1024 values, ``[width][FastLanes words]`` each."""
     bits = leaf.bits
@@ -342,18 +425,24 @@ def _bitpacked_chunks(leaf: _Leaf, widths: np.ndarray, add):
     padded[: leaf.n] = leaf.data[: leaf.n * (bits // 8)].view(dtype)
     matrix = padded.reshape(blocks, bitpack.BLOCK)
     block_bytes = widths * (bitpack.BLOCK // 8)
-    packed_start = np.zeros(blocks, dtype=np.int64)
-    pieces = []
-    base = 0
-    for width in np.unique(widths).tolist():  # at most bits + 1 groups
-        sel = np.flatnonzero(widths == width)
-        packed = bitpack.pack(matrix[sel], width, bits).view(np.uint8).reshape(len(sel), -1)
-        pieces.append(packed.reshape(-1))
-        packed_start[sel] = base + np.arange(len(sel)) * packed.shape[1]
-        base += packed.size
+    groups = np.unique(widths).tolist()  # at most bits + 1
+    if len(groups) > _PACK_GROUPS:  # e.g. rising ids: all blocks in one pass, in block order
+        packed_all = bitpack.pack_blocks(matrix, widths, bits).view(np.uint8)
+        packed_start = exclusive_cumsum(block_bytes)[:-1]
+    else:
+        packed_start = np.zeros(blocks, dtype=np.int64)
+        pieces = []
+        base = 0
+        for width in groups:
+            sel = np.flatnonzero(widths == width)
+            packed = bitpack.pack(matrix[sel], width, bits).view(np.uint8).reshape(len(sel), -1)
+            pieces.append(packed.reshape(-1))
+            packed_start[sel] = base + np.arange(len(sel)) * packed.shape[1]
+            base += packed.size
+        packed_all = np.concatenate(pieces)
     word = bits // 8
     words_start = add(widths.astype(dtype).view(np.uint8))
-    packed_base = add(np.concatenate(pieces))
+    packed_base = add(packed_all)
     sizes = word + block_bytes
     encoding = pb.CompressiveEncoding(inline_bitpacking=pb.InlineBitpacking(uncompressed_bits_per_value=bits))
     # each chunk: its width word, then its packed block (gathered once, with the chunk headers)
@@ -572,7 +661,7 @@ def _chunk_values(leaf: _Leaf, counts: np.ndarray, k: int, add):
     first = exclusive_cumsum(counts)[:-1]
     if leaf.kind in ("fixed", "dict"):
         width = leaf.bits // 8
-        start = add(leaf.data)
+        start = _add_data(leaf, add)
         return _flat(leaf.bits), [_part(start + first * width, counts * width)]
     if leaf.kind == "bool":
         start = add(leaf.data)
@@ -593,7 +682,7 @@ def _chunk_values(leaf: _Leaf, counts: np.ndarray, k: int, add):
     chunk_data = offsets[first + counts] - offsets[first]
     header = (counts + 1) * width
     local_start = add(_chunk_offsets(offsets, first, counts, header, np.dtype(f"<u{width}")).view(np.uint8))
-    data_start = add(leaf.data)
+    data_start = _add_data(leaf, add)
     pad_start = add(np.full(8, 72, dtype=np.uint8))
     # one buffer per chunk: its offsets, its bytes, padding to the offset width (gathered once)
     pad = -(header + chunk_data) % width
@@ -602,6 +691,13 @@ def _chunk_values(leaf: _Leaf, counts: np.ndarray, k: int, add):
     return encoding, [(sizes, [(local_start + exclusive_cumsum(header)[:-1], header),
                                (data_start + offsets[first], chunk_data),
                                (np.full(len(counts), pad_start), pad)])]
+
+
+def _add_data(leaf: _Leaf, add) -> int:
+    """Add the leaf's bytes to the gather's sources (its pieces back to back); where they start."""
+    if leaf.data is not None or not leaf.pieces:
+        return add(leaf.joined())
+    return [add(piece) for piece in leaf.pieces][0]
 
 
 def _part(starts: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]]:
@@ -733,7 +829,7 @@ def _full_zip(layers, rep, defs, visible_mask, leaf: _Leaf):
         if word:
             prefix[:, :word] = control_bytes.reshape(entries, word)
         prefix[:, word:] = value_len.astype("<u4").view(np.uint8).reshape(entries, 4)
-        data = leaf.data
+        data = leaf.joined()
     else:
         width = leaf.bits * max(leaf.dim, 1) // 8
         if leaf.kind == "fsl":
@@ -746,7 +842,7 @@ def _full_zip(layers, rep, defs, visible_mask, leaf: _Leaf):
                 width += sum(p.shape[1] for p in prefixes)
         elif leaf.kind == "fixed":
             encoding = _flat(leaf.bits)
-            data = leaf.data
+            data = leaf.joined()
         else:
             raise UnsupportedFeatureError(f"{leaf.kind} values in a full-zip page")
         layout.bits_per_value = width * 8
