@@ -1,10 +1,11 @@
 """Spark write benchmark: the Lance write job vs Spark's Parquet write vs a mapInArrow pass-through.
 
-Usage: python bench/bench_spark_write.py [--rows N] [--reps 3] [--partitions 8] [--variants wide,narrow]
+Usage: python bench/bench_spark_write.py [--rows N] [--reps 3] [--warmup 1] [--partitions 8] [--variants wide,narrow]
                                          [--json out.json]
 
 One local[2] SparkSession; per variant (the anchor tables of ../shared/performance-anchors.md)
-one cached DataFrame, then, median of --reps runs each:
+one cached DataFrame, then, median of --reps runs each (after --warmup untimed runs; dirty pages
+are flushed before every run, so no run pays for the writeback of an earlier one):
 
 * ``spark parquet``: ``df.write.parquet`` (Spark's own writer, snappy);
 * ``mapInArrow pass-through``: the JVM -> Python Arrow hand-off only, counting rows;
@@ -44,19 +45,25 @@ def count_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     yield pa.RecordBatch.from_pydict({"n": [total]})
 
 
-def timed(fn: Callable[[], object], reps: int, setup: Callable[[], None] | None = None) -> tuple[float, list[float]]:
+def timed(fn: Callable[[], object], reps: int, setup: Callable[[], None] | None = None,
+          warmup: int = 1) -> tuple[float, list[float]]:
+    """Median of ``reps`` timed runs after ``warmup`` untimed ones. Before every run the
+    ``setup`` runs and dirty pages are flushed (``os.sync``), so that no run pays for the
+    writeback of an earlier one."""
     times = []
-    for _ in range(reps):
+    for rep in range(warmup + reps):
         if setup:
             setup()
+        os.sync()
         start = time.perf_counter()
         fn()
-        times.append(time.perf_counter() - start)
+        if rep >= warmup:
+            times.append(time.perf_counter() - start)
     return statistics.median(times), times
 
 
 def bench_variant(spark, name: str, rows: int, reps: int, partitions: int, formats: list[str | None],
-                  tmp: pathlib.Path) -> list[dict]:
+                  tmp: pathlib.Path, warmup: int = 1) -> list[dict]:
     table = anchor_table(rows, wide=(name == "wide"))
     mb = table.nbytes / 1e6
     df = spark.createDataFrame(table).repartition(partitions).cache()
@@ -69,12 +76,14 @@ def bench_variant(spark, name: str, rows: int, reps: int, partitions: int, forma
         return median
 
     parquet_dir = tmp / f"{name}.parquet"
-    parquet = record("spark parquet", *timed(lambda: df.write.mode("overwrite").parquet(str(parquet_dir)), reps))
+    parquet = record("spark parquet", *timed(lambda: df.write.mode("overwrite").parquet(str(parquet_dir)), reps,
+                                             setup=lambda: shutil.rmtree(parquet_dir, ignore_errors=True),
+                                             warmup=warmup))
 
     def passthrough() -> None:
         assert sum(r["n"] for r in df.mapInArrow(count_rows, "n long").collect()) == rows
 
-    through = record("mapInArrow pass-through", *timed(passthrough, reps))
+    through = record("mapInArrow pass-through", *timed(passthrough, reps, warmup=warmup))
 
     uri = str(tmp / f"{name}.lance")
     for version in formats:
@@ -87,7 +96,8 @@ def bench_variant(spark, name: str, rows: int, reps: int, partitions: int, forma
 
         written_format = version or DEFAULT_STORAGE_VERSION
         label = f"lance job, format {written_format} (write + commit)"
-        job = record(label, *timed(lance_job, reps, setup=lambda: shutil.rmtree(uri, ignore_errors=True)))
+        job = record(label, *timed(lance_job, reps, setup=lambda: shutil.rmtree(uri, ignore_errors=True),
+                                   warmup=warmup))
         written = lance.dataset(uri)
         assert written.count_rows() == rows and written.data_storage_version == written_format
         results.append({"variant": name, "case": f"lance dataset, format {written_format}",
@@ -106,6 +116,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=1, help="untimed runs before the timed ones, per case")
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--variants", default="wide,narrow")
     parser.add_argument("--driver-memory", default="10g")
@@ -127,13 +138,14 @@ def main() -> None:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("WARN")
-    print(f"spark {spark.version} local[2], rows={args.rows:,}, partitions={args.partitions}, median of {args.reps}")
+    print(f"spark {spark.version} local[2], rows={args.rows:,}, partitions={args.partitions}, median of {args.reps} "
+          f"after {args.warmup} warm-up run(s), dirty pages flushed before each run")
     all_results = []
     try:
         with tempfile.TemporaryDirectory(prefix="lance-spark-bench-") as tmp:
             for variant in args.variants.split(","):
                 results = bench_variant(spark, variant, args.rows, args.reps, args.partitions, formats,
-                                        pathlib.Path(tmp))
+                                        pathlib.Path(tmp), args.warmup)
                 all_results += results
                 for row in results:
                     if "ratio" in row:

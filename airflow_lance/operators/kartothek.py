@@ -184,34 +184,26 @@ class KartothekToLanceOperator(BaseOperator):
             self.log.info("Kartothek secondary index (not converted): %s", index)
         return self._finish(context, summary)
 
+    def _arguments(self, uri: str) -> dict[str, Any]:
+        """Arguments of the core's import functions (``import_kartothek``, ``plan_kartothek_import``)."""
+        return {
+            "store_uri": self.store_uri,
+            "dataset_uuid": self.dataset_uuid,
+            "table": self.table,
+            "target_uri": uri,
+            "mode": self.mode,
+            "partition_columns": self.partition_columns,
+            "max_rows_per_file": self.max_rows_per_file,
+            "max_bytes_per_file": self.max_bytes_per_file,
+            "storage_options": self.source_storage_options or None,
+            "target_storage_options": self.hook.storage_options,
+        }
+
     def _import_here(self, uri: str) -> lance.KartothekImportResult:
-        return lance.import_kartothek(
-            self.store_uri,
-            self.dataset_uuid,
-            self.table,
-            uri,
-            mode=self.mode,  # type: ignore[arg-type]
-            partition_columns=self.partition_columns,  # type: ignore[arg-type]
-            max_rows_per_file=self.max_rows_per_file,
-            max_bytes_per_file=self.max_bytes_per_file,
-            storage_options=self.source_storage_options or None,
-            target_storage_options=self.hook.storage_options,
-            verify=self.verify,
-        )
+        return lance.import_kartothek(**self._arguments(uri), verify=self.verify)
 
     def _plan(self, uri: str) -> lance.KartothekImportPlan | lance.KartothekImportResult:
-        return lance.plan_kartothek_import(
-            self.store_uri,
-            self.dataset_uuid,
-            self.table,
-            uri,
-            mode=self.mode,  # type: ignore[arg-type]
-            partition_columns=self.partition_columns,  # type: ignore[arg-type]
-            max_rows_per_file=self.max_rows_per_file,
-            max_bytes_per_file=self.max_bytes_per_file,
-            storage_options=self.source_storage_options or None,
-            target_storage_options=self.hook.storage_options,
-        )
+        return lance.plan_kartothek_import(**self._arguments(uri))
 
     def _import_on_spark(self, uri: str, context: Context) -> lance.KartothekImportResult:
         """Plan here, write the partitions on Spark executors, commit here (then verify)."""

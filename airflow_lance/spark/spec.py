@@ -19,7 +19,7 @@ import dataclasses
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, get_args
+from typing import Any, Literal, Self, get_args
 
 import pyarrow as pa
 
@@ -232,8 +232,34 @@ def discard_staged(staging_root: str, staging_name: str, storage_options: Mappin
     open_store(staging_root, storage_options).delete(staging_name)
 
 
+class StagedResult:
+    """Saving, loading and discarding a job result staged as JSON (``to_json`` / ``from_json``)."""
+
+    def to_json(self) -> str:
+        raise NotImplementedError
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Self:
+        raise NotImplementedError
+
+    def save(self, staging_root: str, staging_name: str, storage_options: Mapping[str, str]) -> None:
+        """Store the result (atomically: readers see all of it or nothing)."""
+        stage_document(staging_root, staging_name, storage_options, self.to_json().encode())
+
+    @classmethod
+    def load(cls, staging_root: str, staging_name: str, storage_options: Mapping[str, str]) -> Self | None:
+        """The staged result, or None if there is none."""
+        data = load_staged_document(staging_root, staging_name, storage_options)
+        return None if data is None else cls.from_json(data)
+
+    @staticmethod
+    def discard(staging_root: str, staging_name: str, storage_options: Mapping[str, str]) -> None:
+        """Remove the staged result (data files it names stay: committed, or left for cleanup)."""
+        discard_staged(staging_root, staging_name, storage_options)
+
+
 @dataclasses.dataclass(frozen=True)
-class WriteJobResult:
+class WriteJobResult(StagedResult):
     """What a finished job staged: fragments (uncommitted), Spark's row count, bytes, schema."""
 
     spec_digest: str
@@ -270,21 +296,6 @@ class WriteJobResult:
             )
         except (ValueError, KeyError, TypeError, pa.ArrowInvalid) as exc:
             raise JobSpecError(f"staged job result is malformed: {exc!r}") from None
-
-    def save(self, staging_root: str, staging_name: str, storage_options: Mapping[str, str]) -> None:
-        """Store the result (atomically: readers see all of it or nothing)."""
-        stage_document(staging_root, staging_name, storage_options, self.to_json().encode())
-
-    @classmethod
-    def load(cls, staging_root: str, staging_name: str, storage_options: Mapping[str, str]) -> WriteJobResult | None:
-        """The staged result, or None if there is none."""
-        data = load_staged_document(staging_root, staging_name, storage_options)
-        return None if data is None else cls.from_json(data)
-
-    @staticmethod
-    def discard(staging_root: str, staging_name: str, storage_options: Mapping[str, str]) -> None:
-        """Remove the staged result (its fragments stay: they are committed or left for cleanup)."""
-        discard_staged(staging_root, staging_name, storage_options)
 
     def missing_files(self, dataset_uri: str, storage_options: Mapping[str, str]) -> list[str]:
         """Data files of the staged fragments that do not exist (any means: do not commit it)."""

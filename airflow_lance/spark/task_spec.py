@@ -28,12 +28,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, get_args
 
-from airflow_lance.spark.spec import (
-    JobSpecError,
-    discard_staged,
-    load_staged_document,
-    stage_document,
-)
+from airflow_lance.spark.spec import JobSpecError, StagedResult
 
 TaskJobKind = Literal["compaction", "kartothek_import"]
 TASK_SPEC_VERSION = 1
@@ -152,7 +147,7 @@ class TaskJobSpec:
 
 
 @dataclasses.dataclass(frozen=True)
-class TaskJobResult:
+class TaskJobResult(StagedResult):
     """What a finished task job staged: one JSON result per task, in task order, plus ``info``
     (kind-specific facts, e.g. ``already_imported_version`` of a Kartothek import that the
     driver found already committed)."""
@@ -177,21 +172,6 @@ class TaskJobResult:
                        dict(data.get("info") or {}))
         except (ValueError, KeyError, TypeError) as exc:
             raise JobSpecError(f"staged task job result is malformed: {exc!r}") from None
-
-    def save(self, staging_root: str, staging_name: str, storage_options: Mapping[str, str]) -> None:
-        """Store the result (atomically)."""
-        stage_document(staging_root, staging_name, storage_options, self.to_json().encode())
-
-    @classmethod
-    def load(cls, staging_root: str, staging_name: str, storage_options: Mapping[str, str]) -> TaskJobResult | None:
-        """The staged result, or None if there is none."""
-        data = load_staged_document(staging_root, staging_name, storage_options)
-        return None if data is None else cls.from_json(data)
-
-    @staticmethod
-    def discard(staging_root: str, staging_name: str, storage_options: Mapping[str, str]) -> None:
-        """Remove the staged result."""
-        discard_staged(staging_root, staging_name, storage_options)
 
 
 def split_evenly(items: Sequence[str], parts: int | None) -> list[list[str]]:
