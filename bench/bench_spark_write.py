@@ -4,8 +4,9 @@ Usage: python bench/bench_spark_write.py [--rows N] [--reps 3] [--warmup 1] [--p
                                          [--json out.json]
 
 One local[2] SparkSession; per variant (the anchor tables of ../shared/performance-anchors.md)
-one cached DataFrame, then, median of --reps runs each (after --warmup untimed runs; dirty pages
-are flushed before every run, so no run pays for the writeback of an earlier one):
+one cached DataFrame, then, median of --reps rounds that run every case once (after --warmup
+untimed rounds; cases interleaved so that drifts of the machine hit all alike; dirty pages are
+flushed before every run, so no run pays for the writeback of an earlier one):
 
 * ``spark parquet``: ``df.write.parquet`` (Spark's own writer, snappy);
 * ``mapInArrow pass-through``: the JVM -> Python Arrow hand-off only, counting rows;
@@ -19,6 +20,7 @@ MB/s is Arrow bytes of the table / time. Ratios > 1 mean the Lance job is faster
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import pathlib
@@ -45,21 +47,23 @@ def count_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     yield pa.RecordBatch.from_pydict({"n": [total]})
 
 
-def timed(fn: Callable[[], object], reps: int, setup: Callable[[], None] | None = None,
-          warmup: int = 1) -> tuple[float, list[float]]:
-    """Median of ``reps`` timed runs after ``warmup`` untimed ones. Before every run the
-    ``setup`` runs and dirty pages are flushed (``os.sync``), so that no run pays for the
-    writeback of an earlier one."""
-    times = []
-    for rep in range(warmup + reps):
-        if setup:
-            setup()
-        os.sync()
-        start = time.perf_counter()
-        fn()
-        if rep >= warmup:
-            times.append(time.perf_counter() - start)
-    return statistics.median(times), times
+def timed_rounds(cases: dict[str, tuple[Callable[[], object], Callable[[], None] | None]], reps: int,
+                 warmup: int = 1) -> dict[str, list[float]]:
+    """Run every case once per round, ``warmup`` untimed rounds then ``reps`` timed ones, so that
+    slow drifts of the machine (memory, page cache) hit all cases alike. Before every run the
+    case's setup runs and dirty pages are flushed (``os.sync``): no run pays for the writeback of
+    an earlier one. Returns the timed seconds per case."""
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    for round_index in range(warmup + reps):
+        for name, (fn, setup) in cases.items():
+            if setup:
+                setup()
+            os.sync()
+            start = time.perf_counter()
+            fn()
+            if round_index >= warmup:
+                times[name].append(time.perf_counter() - start)
+    return times
 
 
 def bench_variant(spark, name: str, rows: int, reps: int, partitions: int, formats: list[str | None],
@@ -69,35 +73,36 @@ def bench_variant(spark, name: str, rows: int, reps: int, partitions: int, forma
     df = spark.createDataFrame(table).repartition(partitions).cache()
     assert df.count() == rows
     results = []
-
-    def record(case: str, median: float, times: list[float]) -> float:
-        results.append({"variant": name, "case": case, "seconds": median, "all_seconds": times,
-                        "mb_s": mb / median, "rows_s": rows / median})
-        return median
-
     parquet_dir = tmp / f"{name}.parquet"
-    parquet = record("spark parquet", *timed(lambda: df.write.mode("overwrite").parquet(str(parquet_dir)), reps,
-                                             setup=lambda: shutil.rmtree(parquet_dir, ignore_errors=True),
-                                             warmup=warmup))
 
     def passthrough() -> None:
         assert sum(r["n"] for r in df.mapInArrow(count_rows, "n long").collect()) == rows
 
-    through = record("mapInArrow pass-through", *timed(passthrough, reps, warmup=warmup))
+    def lance_job(uri: str, version: str | None) -> None:
+        result = write_dataframe(df, uri=uri, mode="create", storage_options={}, max_rows_per_file=1024 * 1024,
+                                 max_bytes_per_file=90 * 1024**3, data_storage_version=version)
+        assert result.schema is not None
+        lance.LanceDataset.commit(uri, lance.LanceOperation.Overwrite(result.schema, list(result.fragments)), 0)
 
-    uri = str(tmp / f"{name}.lance")
+    cases: dict[str, tuple[Callable[[], object], Callable[[], None] | None]] = {
+        "spark parquet": (lambda: df.write.mode("overwrite").parquet(str(parquet_dir)),
+                          lambda: shutil.rmtree(parquet_dir, ignore_errors=True)),
+        "mapInArrow pass-through": (passthrough, None),
+    }
+    uris = {}
     for version in formats:
-
-        def lance_job(version: str | None = version) -> None:
-            result = write_dataframe(df, uri=uri, mode="create", storage_options={}, max_rows_per_file=1024 * 1024,
-                                     max_bytes_per_file=90 * 1024**3, data_storage_version=version)
-            assert result.schema is not None
-            lance.LanceDataset.commit(uri, lance.LanceOperation.Overwrite(result.schema, list(result.fragments)), 0)
-
         written_format = version or DEFAULT_STORAGE_VERSION
-        label = f"lance job, format {written_format} (write + commit)"
-        job = record(label, *timed(lance_job, reps, setup=lambda: shutil.rmtree(uri, ignore_errors=True),
-                                   warmup=warmup))
+        uri = uris[written_format] = str(tmp / f"{name}-{written_format}.lance")
+        cases[f"lance job, format {written_format} (write + commit)"] = (
+            functools.partial(lance_job, uri, version), functools.partial(shutil.rmtree, uri, ignore_errors=True))
+    times = timed_rounds(cases, reps, warmup)
+    median = {case: statistics.median(values) for case, values in times.items()}
+    for case, values in times.items():
+        results.append({"variant": name, "case": case, "seconds": median[case], "all_seconds": values,
+                        "mb_s": mb / median[case], "rows_s": rows / median[case]})
+    parquet, through = median["spark parquet"], median["mapInArrow pass-through"]
+    for written_format, uri in uris.items():
+        job = median[f"lance job, format {written_format} (write + commit)"]
         written = lance.dataset(uri)
         assert written.count_rows() == rows and written.data_storage_version == written_format
         results.append({"variant": name, "case": f"lance dataset, format {written_format}",
@@ -106,9 +111,9 @@ def bench_variant(spark, name: str, rows: int, reps: int, partitions: int, forma
         for ratio, value in ((f"lance {written_format} vs mapInArrow pass-through (x)", through / job),
                              (f"lance {written_format} vs spark parquet (x faster)", parquet / job)):
             results.append({"variant": name, "case": f"ratio: {ratio}", "ratio": value})
+        shutil.rmtree(uri, ignore_errors=True)
     df.unpersist()
     shutil.rmtree(parquet_dir, ignore_errors=True)
-    shutil.rmtree(uri, ignore_errors=True)
     return results
 
 
@@ -116,7 +121,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--warmup", type=int, default=1, help="untimed runs before the timed ones, per case")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed rounds before the timed ones")
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--variants", default="wide,narrow")
     parser.add_argument("--driver-memory", default="10g")
@@ -139,7 +144,7 @@ def main() -> None:
     )
     spark.sparkContext.setLogLevel("WARN")
     print(f"spark {spark.version} local[2], rows={args.rows:,}, partitions={args.partitions}, median of {args.reps} "
-          f"after {args.warmup} warm-up run(s), dirty pages flushed before each run")
+          f"interleaved rounds after {args.warmup} warm-up round(s), dirty pages flushed before each run")
     all_results = []
     try:
         with tempfile.TemporaryDirectory(prefix="lance-spark-bench-") as tmp:
