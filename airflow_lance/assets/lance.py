@@ -103,3 +103,18 @@ def with_dataset_outlet(uri: Any, kwargs: dict[str, Any]) -> None:
         if all(getattr(o, "uri", None) != asset.uri for o in outlets):
             outlets.append(asset)
         kwargs["outlets"] = outlets
+
+
+def emit_dataset_event(outlets: Sequence[Any] | None, outlet_events: Any, summary: dict[str, Any]) -> dict[str, Any]:
+    """Put ``summary`` (it has the dataset's ``uri``) into the extra of the dataset's outlet events:
+    an outlet asset with the dataset's URI gets it as its extra, each outlet ``AssetAlias`` gets
+    an event of the dataset's asset with it. Returns ``summary``."""
+    from airflow.providers.common.compat.sdk import AssetAlias
+
+    asset = create_asset(uri=summary["uri"])
+    for outlet in outlets or []:
+        if isinstance(outlet, AssetAlias):
+            outlet_events[outlet].add(asset, extra=dict(summary))
+        elif getattr(outlet, "uri", None) == asset.uri:
+            outlet_events[outlet].extra = dict(summary)
+    return summary

@@ -20,10 +20,10 @@ from collections.abc import Mapping, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from airflow.providers.common.compat.sdk import AirflowFailException, AssetAlias, BaseOperator, mask_secret
+from airflow.providers.common.compat.sdk import AirflowFailException, BaseOperator, mask_secret
 
 import airflow_lance.core as lance
-from airflow_lance.assets.lance import create_asset, with_dataset_outlet
+from airflow_lance.assets.lance import emit_dataset_event, with_dataset_outlet
 from airflow_lance.connection import DEFAULT_CONN_ID
 from airflow_lance.hooks.lance import LanceHook
 from airflow_lance.operators._spark_submit import LanceSparkJobError, SparkJobRunner, run_task_job, spark_hook_kwargs
@@ -285,15 +285,8 @@ class KartothekToLanceOperator(BaseOperator):
         }
 
     def _finish(self, context: Context, summary: dict[str, Any]) -> dict[str, Any]:
-        """Put the summary into the extra of the target's outlet event (an outlet asset with the
-        target's URI, or an event added to each outlet ``AssetAlias``); return it."""
-        asset = create_asset(uri=summary["uri"])
-        for outlet in self.outlets or []:
-            if isinstance(outlet, AssetAlias):
-                context["outlet_events"][outlet].add(asset, extra=dict(summary))
-            elif getattr(outlet, "uri", None) == asset.uri:
-                context["outlet_events"][outlet].extra = dict(summary)
-        return summary
+        """Set ``summary`` as the extra of this dataset's outlet event(s); return it."""
+        return emit_dataset_event(self.outlets, context["outlet_events"], summary)
 
 
 __all__ = ["KartothekImportError", "KartothekToLanceOperator"]

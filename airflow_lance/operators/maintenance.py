@@ -26,10 +26,10 @@ from collections.abc import Mapping, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow.providers.common.compat.sdk import AirflowSkipException, AssetAlias, BaseOperator
+from airflow.providers.common.compat.sdk import AirflowSkipException, BaseOperator
 
 import airflow_lance.core as lance
-from airflow_lance.assets.lance import create_asset, with_dataset_outlet
+from airflow_lance.assets.lance import emit_dataset_event, with_dataset_outlet
 from airflow_lance.connection import DEFAULT_CONN_ID
 from airflow_lance.hooks.lance import LanceHook
 from airflow_lance.operators._spark_submit import SparkJobRunner, run_task_job, spark_hook_kwargs
@@ -144,13 +144,7 @@ class _LanceMaintenanceOperator(BaseOperator):
 
     def _emit(self, context: Context, summary: dict[str, Any]) -> dict[str, Any]:
         """Set ``summary`` as the extra of this dataset's outlet event(s); return it."""
-        asset = create_asset(uri=summary["uri"])
-        for outlet in self.outlets or []:
-            if isinstance(outlet, AssetAlias):
-                context["outlet_events"][outlet].add(asset, extra=dict(summary))
-            elif getattr(outlet, "uri", None) == asset.uri:
-                context["outlet_events"][outlet].extra = dict(summary)
-        return summary
+        return emit_dataset_event(self.outlets, context["outlet_events"], summary)
 
 
 class LanceDatasetStatsOperator(_LanceMaintenanceOperator):
