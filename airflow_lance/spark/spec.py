@@ -39,19 +39,21 @@ class JobSpecError(InvalidInputError):
     """A job spec or staged result is malformed (the message names the field)."""
 
 
-def _require(condition: bool, message: str) -> None:
+def require(condition: bool, message: str) -> None:
+    """Raise :class:`JobSpecError` with ``message`` unless ``condition`` holds."""
     if not condition:
         raise JobSpecError(message)
 
 
 def _positive_int(name: str, value: Any) -> int:
-    _require(isinstance(value, int) and not isinstance(value, bool) and value > 0,
+    require(isinstance(value, int) and not isinstance(value, bool) and value > 0,
              f"{name} must be a positive integer, not {value!r}")
     return int(value)
 
 
-def _string_map(name: str, value: Any) -> dict[str, str]:
-    _require(isinstance(value, Mapping), f"{name} must be a mapping of strings, not {type(value).__name__}")
+def string_map(name: str, value: Any) -> dict[str, str]:
+    """``value`` as a dict of strings; JobSpecError unless it is a mapping."""
+    require(isinstance(value, Mapping), f"{name} must be a mapping of strings, not {type(value).__name__}")
     return {str(k): str(v) for k, v in value.items()}
 
 
@@ -79,19 +81,19 @@ class SourceSpec:
         """Validate operator fields: exactly one of ``path``, ``sql`` and ``callable``."""
         fields = (("source_path", path), ("source_sql", sql), ("source_callable", callable))
         given = [name for name, value in fields if value not in (None, "", [], ())]
-        _require(len(given) == 1,
+        require(len(given) == 1,
                  f"give exactly one of source_path, source_sql, source_callable (got {given or 'none'})")
         if path not in (None, "", [], ()):
             paths = (path,) if isinstance(path, str) else tuple(path)  # type: ignore[arg-type]
-            _require(all(isinstance(p, str) and p for p in paths), "source_path must be a path or a list of paths")
-            _require(isinstance(format or "parquet", str), "source_format must be a string")
-            options = _string_map("source_options", options or {})
+            require(all(isinstance(p, str) and p for p in paths), "source_path must be a path or a list of paths")
+            require(isinstance(format or "parquet", str), "source_format must be a string")
+            options = string_map("source_options", options or {})
             return cls("path", paths=paths, format=format or "parquet", options=options)
-        _require(not options and not format, "source_format and source_options apply to source_path only")
+        require(not options and not format, "source_format and source_options apply to source_path only")
         if sql not in (None, ""):
-            _require(isinstance(sql, str), "source_sql must be a string")
+            require(isinstance(sql, str), "source_sql must be a string")
             return cls("sql", query=sql)
-        _require(isinstance(callable, str) and callable.count(":") == 1 and all(callable.split(":")),
+        require(isinstance(callable, str) and callable.count(":") == 1 and all(callable.split(":")),
                  f"source_callable must look like 'package.module:function', not {callable!r}")
         return cls("callable", callable=callable)
 
@@ -110,9 +112,9 @@ class SourceSpec:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> SourceSpec:
-        _require(isinstance(data, Mapping), "source must be an object")
+        require(isinstance(data, Mapping), "source must be an object")
         kind = data.get("kind")
-        _require(kind in get_args(SourceKind), f"source kind must be one of {get_args(SourceKind)}, not {kind!r}")
+        require(kind in get_args(SourceKind), f"source kind must be one of {get_args(SourceKind)}, not {kind!r}")
         if kind == "path":
             return cls.from_fields(path=list(data.get("paths") or []), format=data.get("format"),
                                    options=data.get("options") or {})
@@ -138,17 +140,17 @@ class WriteJobSpec:
     data_storage_version: str | None = None
 
     def __post_init__(self) -> None:
-        _require(isinstance(self.uri, str) and bool(self.uri), "uri must be a non-empty string")
-        _require(self.mode in get_args(WriteMode), f"mode must be one of {get_args(WriteMode)}, not {self.mode!r}")
-        _require(isinstance(self.source, SourceSpec), "source must be a SourceSpec")
-        _require(isinstance(self.read_version, int) and self.read_version >= 0,
+        require(isinstance(self.uri, str) and bool(self.uri), "uri must be a non-empty string")
+        require(self.mode in get_args(WriteMode), f"mode must be one of {get_args(WriteMode)}, not {self.mode!r}")
+        require(isinstance(self.source, SourceSpec), "source must be a SourceSpec")
+        require(isinstance(self.read_version, int) and self.read_version >= 0,
                  f"read_version must be a non-negative integer, not {self.read_version!r}")
-        _require(bool(self.staging_root) and bool(self.staging_name), "staging location is missing")
+        require(bool(self.staging_root) and bool(self.staging_name), "staging location is missing")
         _positive_int("max_rows_per_file", self.max_rows_per_file)
         _positive_int("max_bytes_per_file", self.max_bytes_per_file)
         if self.num_partitions is not None:
             _positive_int("num_partitions", self.num_partitions)
-        _require(self.data_storage_version is None or isinstance(self.data_storage_version, str),
+        require(self.data_storage_version is None or isinstance(self.data_storage_version, str),
                  f"data_storage_version must be a string such as '2.0', not {self.data_storage_version!r}")
 
     def to_dict(self) -> dict[str, Any]:
@@ -177,8 +179,8 @@ class WriteJobSpec:
             data = json.loads(text)
         except ValueError as exc:
             raise JobSpecError(f"job spec is not JSON: {exc}") from None
-        _require(isinstance(data, dict), "job spec must be a JSON object")
-        _require(data.get("spec_version") == SPEC_VERSION,
+        require(isinstance(data, dict), "job spec must be a JSON object")
+        require(data.get("spec_version") == SPEC_VERSION,
                  f"job spec version {data.get('spec_version')!r} is not {SPEC_VERSION}: operator and job differ")
         try:
             return cls(
@@ -188,7 +190,7 @@ class WriteJobSpec:
                 read_version=data["read_version"],
                 staging_root=data["staging_root"],
                 staging_name=data["staging_name"],
-                storage_options=_string_map("storage_options", data.get("storage_options") or {}),
+                storage_options=string_map("storage_options", data.get("storage_options") or {}),
                 max_rows_per_file=data.get("max_rows_per_file", MAX_ROWS_PER_FILE),
                 max_bytes_per_file=data.get("max_bytes_per_file", MAX_BYTES_PER_FILE),
                 num_partitions=data.get("num_partitions"),

@@ -28,7 +28,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, get_args
 
-from airflow_lance.spark.spec import JobSpecError, StagedResult
+from airflow_lance.spark.spec import JobSpecError, StagedResult, require, string_map
 
 TaskJobKind = Literal["compaction", "kartothek_import"]
 TASK_SPEC_VERSION = 1
@@ -37,16 +37,6 @@ JOB_KEY = "job"
 #: ``params`` a Kartothek import job needs (``source_storage_options`` is a separate, secret field).
 KARTOTHEK_PARAMS = ("store_uri", "dataset_uuid", "table", "mode", "partition_columns", "max_rows_per_file",
                     "max_bytes_per_file", "idempotency_key")
-
-
-def _require(condition: bool, message: str) -> None:
-    if not condition:
-        raise JobSpecError(message)
-
-
-def _string_map(name: str, value: Any) -> dict[str, str]:
-    _require(isinstance(value, Mapping), f"{name} must be a mapping of strings, not {type(value).__name__}")
-    return {str(k): str(v) for k, v in value.items()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,17 +58,17 @@ class TaskJobSpec:
     source_storage_options: Mapping[str, str] = dataclasses.field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        _require(self.kind in get_args(TaskJobKind), f"job must be one of {get_args(TaskJobKind)}, not {self.kind!r}")
-        _require(isinstance(self.uri, str) and bool(self.uri), "uri must be a non-empty string")
-        _require(isinstance(self.tasks, tuple) and bool(self.tasks), "tasks must be a non-empty list")
-        _require(bool(self.staging_root) and bool(self.staging_name), "staging location is missing")
-        _require(isinstance(self.params, Mapping), "params must be an object")
+        require(self.kind in get_args(TaskJobKind), f"job must be one of {get_args(TaskJobKind)}, not {self.kind!r}")
+        require(isinstance(self.uri, str) and bool(self.uri), "uri must be a non-empty string")
+        require(isinstance(self.tasks, tuple) and bool(self.tasks), "tasks must be a non-empty list")
+        require(bool(self.staging_root) and bool(self.staging_name), "staging location is missing")
+        require(isinstance(self.params, Mapping), "params must be an object")
         if self.kind == "compaction":
-            _require(all(isinstance(t, Mapping) for t in self.tasks), "compaction tasks must be objects")
+            require(all(isinstance(t, Mapping) for t in self.tasks), "compaction tasks must be objects")
         else:
             missing = [name for name in KARTOTHEK_PARAMS if name not in self.params]
-            _require(not missing, f"a Kartothek import job needs params {missing}")
-            _require(all(isinstance(t, (list, tuple)) and all(isinstance(label, str) for label in t)
+            require(not missing, f"a Kartothek import job needs params {missing}")
+            require(all(isinstance(t, (list, tuple)) and all(isinstance(label, str) for label in t)
                          for t in self.tasks), "Kartothek import tasks must be lists of partition labels")
 
     def to_dict(self) -> dict[str, Any]:
@@ -100,21 +90,21 @@ class TaskJobSpec:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TaskJobSpec:
-        _require(data.get("spec_version") == TASK_SPEC_VERSION,
+        require(data.get("spec_version") == TASK_SPEC_VERSION,
                  f"task job spec version {data.get('spec_version')!r} is not {TASK_SPEC_VERSION}: "
                  "operator and job differ")
         try:
             tasks = data["tasks"]
-            _require(isinstance(tasks, list), "tasks must be a list")
+            require(isinstance(tasks, list), "tasks must be a list")
             return cls(
                 kind=data[JOB_KEY],
                 uri=data["uri"],
                 tasks=tuple(tuple(t) if isinstance(t, list) else t for t in tasks),
                 staging_root=data["staging_root"],
                 staging_name=data["staging_name"],
-                storage_options=_string_map("storage_options", data.get("storage_options") or {}),
+                storage_options=string_map("storage_options", data.get("storage_options") or {}),
                 params=data.get("params") or {},
-                source_storage_options=_string_map("source_storage_options",
+                source_storage_options=string_map("source_storage_options",
                                                    data.get("source_storage_options") or {}),
             )
         except KeyError as exc:
@@ -126,7 +116,7 @@ class TaskJobSpec:
             data = json.loads(text)
         except ValueError as exc:
             raise JobSpecError(f"job spec is not JSON: {exc}") from None
-        _require(isinstance(data, dict), "job spec must be a JSON object")
+        require(isinstance(data, dict), "job spec must be a JSON object")
         return cls.from_dict(data)
 
     def digest(self) -> str:

@@ -67,6 +67,16 @@ def test_datasets_commits_and_versions_through_the_hook(root: pathlib.Path) -> N
     assert again.version == 2  # the same key never commits twice
 
 
+def test_create_only_commit_through_the_hook_never_replaces_a_dataset(root: pathlib.Path) -> None:
+    hook = LanceHook(lance_conn_id="lance_local")
+    ours = lance.write_fragments(_table([1, 2]), str(root / "ds.lance"), mode="create")
+    lance.write_dataset(_table([9]), str(root / "ds.lance"))  # created by another writer meanwhile
+    with pytest.raises(lance.DatasetAlreadyExistsError):
+        hook.commit("ds.lance", lance.LanceOperation.Overwrite(_table([]).schema, ours), 0, create_only=True)
+    ds = hook.get_dataset("ds.lance")
+    assert (ds.version, ds.to_table().column("id").to_pylist()) == (1, [9])
+
+
 def test_check_version_baseline_recreation_data_changes_and_tags(root: pathlib.Path) -> None:
     hook = LanceHook(lance_conn_id="lance_local")
     assert hook.check_version("ds.lance", baseline_version=None) is None  # no dataset yet
