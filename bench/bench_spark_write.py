@@ -1,7 +1,7 @@
 """Spark write benchmark: the Lance write job vs Spark's Parquet write vs a mapInArrow pass-through.
 
 Usage: python bench/bench_spark_write.py [--rows N] [--reps 3] [--warmup 1] [--partitions 8] [--variants wide,narrow]
-                                         [--json out.json]
+                                         [--formats default,2.0] [--no-buffered] [--json out.json]
 
 One local[2] SparkSession; per variant (the anchor tables of ../shared/performance-anchors.md)
 one cached DataFrame, then, median of --reps rounds that run every case once (after --warmup
@@ -11,7 +11,11 @@ flushed before every run, so no run pays for the writeback of an earlier one):
 * ``spark parquet``: ``df.write.parquet`` (Spark's own writer, snappy);
 * ``mapInArrow pass-through``: the JVM -> Python Arrow hand-off only, counting rows;
 * ``lance job``: what the Spark write job does (``airflow_lance.spark.writer.write_dataframe``:
-  executors write fragments, the row count is validated with an Observation) plus the commit.
+  executors write fragments, the row count is validated with an Observation) plus the commit,
+  in each ``--formats``; on wide data also with the embedding stored as a vector
+  (``fixed_size_lists={"embedding": 128}``: the table's own type, which Spark turns into a
+  plain array), and the default format once more with buffered writes (``direct_io=false``)
+  to show what direct I/O saves.
 
 MB/s is Arrow bytes of the table / time. Ratios > 1 mean the Lance job is faster. Targets
 (issue 4): >= 0.8x the pass-through, >= 3x Spark's Parquet write on wide data.
@@ -20,6 +24,7 @@ MB/s is Arrow bytes of the table / time. Ratios > 1 mean the Lance job is faster
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import os
@@ -66,8 +71,40 @@ def timed_rounds(cases: dict[str, tuple[Callable[[], object], Callable[[], None]
     return times
 
 
+@dataclasses.dataclass(frozen=True)
+class JobVariant:
+    """One way of running the Lance job: file format, vectors as fixed-size lists, direct I/O."""
+
+    version: str | None
+    vectors: bool = False
+    direct_io: str = "auto"
+
+    @property
+    def written_format(self) -> str:
+        return self.version or DEFAULT_STORAGE_VERSION
+
+    @property
+    def label(self) -> str:
+        default = " (default)" if self.version is None else ""
+        extras = [", embedding as fixed_size_list[128]" if self.vectors else "",
+                  ", buffered writes (direct_io=false)" if self.direct_io == "false" else ""]
+        return f"format {self.written_format}{default}{''.join(extras)}"
+
+
+def job_variants(formats: list[str | None], *, wide: bool, buffered: bool) -> list[JobVariant]:
+    """Every requested format as the job writes by default; on wide data also the default format
+    with the embedding stored as a vector (fixed_size_list, as pylance writes the source table);
+    with ``buffered`` the default format once more without direct I/O (what it saves)."""
+    variants = [JobVariant(version) for version in formats]
+    if wide:
+        variants.append(JobVariant(formats[0], vectors=True))
+    if buffered:
+        variants.append(JobVariant(formats[0], direct_io="false"))
+    return variants
+
+
 def bench_variant(spark, name: str, rows: int, reps: int, partitions: int, formats: list[str | None],
-                  tmp: pathlib.Path, warmup: int = 1) -> list[dict]:
+                  tmp: pathlib.Path, warmup: int = 1, buffered: bool = True) -> list[dict]:
     table = anchor_table(rows, wide=(name == "wide"))
     mb = table.nbytes / 1e6
     df = spark.createDataFrame(table).repartition(partitions).cache()
@@ -78,9 +115,11 @@ def bench_variant(spark, name: str, rows: int, reps: int, partitions: int, forma
     def passthrough() -> None:
         assert sum(r["n"] for r in df.mapInArrow(count_rows, "n long").collect()) == rows
 
-    def lance_job(uri: str, version: str | None) -> None:
-        result = write_dataframe(df, uri=uri, mode="create", storage_options={}, max_rows_per_file=1024 * 1024,
-                                 max_bytes_per_file=90 * 1024**3, data_storage_version=version)
+    def lance_job(uri: str, variant: JobVariant) -> None:
+        result = write_dataframe(df, uri=uri, mode="create", storage_options={"direct_io": variant.direct_io},
+                                 max_rows_per_file=1024 * 1024, max_bytes_per_file=90 * 1024**3,
+                                 data_storage_version=variant.version,
+                                 fixed_size_lists={"embedding": 128} if variant.vectors else None)
         assert result.schema is not None
         lance.LanceDataset.commit(uri, lance.LanceOperation.Overwrite(result.schema, list(result.fragments)), 0)
 
@@ -89,27 +128,29 @@ def bench_variant(spark, name: str, rows: int, reps: int, partitions: int, forma
                           lambda: shutil.rmtree(parquet_dir, ignore_errors=True)),
         "mapInArrow pass-through": (passthrough, None),
     }
-    uris = {}
-    for version in formats:
-        written_format = version or DEFAULT_STORAGE_VERSION
-        uri = uris[written_format] = str(tmp / f"{name}-{written_format}.lance")
-        cases[f"lance job, format {written_format} (write + commit)"] = (
-            functools.partial(lance_job, uri, version), functools.partial(shutil.rmtree, uri, ignore_errors=True))
+    jobs: dict[str, tuple[str, JobVariant]] = {}
+    for variant in job_variants(formats, wide=(name == "wide"), buffered=buffered):
+        uri = str(tmp / f"{name}-{len(jobs)}.lance")
+        jobs[variant.label] = (uri, variant)
+        cases[f"lance job, {variant.label}"] = (functools.partial(lance_job, uri, variant),
+                                                functools.partial(shutil.rmtree, uri, ignore_errors=True))
     times = timed_rounds(cases, reps, warmup)
     median = {case: statistics.median(values) for case, values in times.items()}
     for case, values in times.items():
         results.append({"variant": name, "case": case, "seconds": median[case], "all_seconds": values,
                         "mb_s": mb / median[case], "rows_s": rows / median[case]})
     parquet, through = median["spark parquet"], median["mapInArrow pass-through"]
-    for written_format, uri in uris.items():
-        job = median[f"lance job, format {written_format} (write + commit)"]
+    for label, (uri, variant) in jobs.items():
+        job = median[f"lance job, {label}"]
         written = lance.dataset(uri)
-        assert written.count_rows() == rows and written.data_storage_version == written_format
-        results.append({"variant": name, "case": f"lance dataset, format {written_format}",
+        assert written.count_rows() == rows and written.data_storage_version == variant.written_format
+        if variant.vectors:
+            assert pa.types.is_fixed_size_list(written.schema.field("embedding").type)
+        results.append({"variant": name, "case": f"lance dataset, {label}",
                         "fragments": len(written.get_fragments()),
                         "disk_bytes": int(written.versions()[-1]["metadata"]["total_files_size"])})
-        for ratio, value in ((f"lance {written_format} vs mapInArrow pass-through (x)", through / job),
-                             (f"lance {written_format} vs spark parquet (x faster)", parquet / job)):
+        for ratio, value in ((f"{label}: vs mapInArrow pass-through (x)", through / job),
+                             (f"{label}: vs spark parquet (x faster)", parquet / job)):
             results.append({"variant": name, "case": f"ratio: {ratio}", "ratio": value})
         shutil.rmtree(uri, ignore_errors=True)
     df.unpersist()
@@ -127,6 +168,8 @@ def main() -> None:
     parser.add_argument("--driver-memory", default="10g")
     parser.add_argument("--formats", default="default,2.0",
                         help="Lance file formats to write: 'default' (the core's, as pylance's) and/or versions")
+    parser.add_argument("--no-buffered", action="store_true",
+                        help="skip the default format's run with direct_io=false")
     parser.add_argument("--json", type=pathlib.Path)
     args = parser.parse_args()
     formats = [None if f == "default" else f for f in args.formats.split(",")]
@@ -150,17 +193,17 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="lance-spark-bench-") as tmp:
             for variant in args.variants.split(","):
                 results = bench_variant(spark, variant, args.rows, args.reps, args.partitions, formats,
-                                        pathlib.Path(tmp), args.warmup)
+                                        pathlib.Path(tmp), args.warmup, buffered=not args.no_buffered)
                 all_results += results
                 for row in results:
                     if "ratio" in row:
-                        print(f"{variant:7s} {row['case']:52s} {row['ratio']:8.2f}")
+                        print(f"{variant:7s} {row['case']:90s} {row['ratio']:8.2f}")
                     elif "seconds" in row:
                         spread = "/".join(f"{t:.2f}" for t in row["all_seconds"])
-                        print(f"{variant:7s} {row['case']:52s} {row['seconds']:8.2f} s {row['mb_s']:8.1f} MB/s "
+                        print(f"{variant:7s} {row['case']:90s} {row['seconds']:8.2f} s {row['mb_s']:8.1f} MB/s "
                               f"{row['rows_s']:>11,.0f} rows/s  ({spread})")
                     else:
-                        print(f"{variant:7s} {row['case']:52s} {row['fragments']} fragments, "
+                        print(f"{variant:7s} {row['case']:90s} {row['fragments']} fragments, "
                               f"{row['disk_bytes'] / 1e6:,.1f} MB on disk")
     finally:
         spark.stop()

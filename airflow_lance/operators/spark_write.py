@@ -92,6 +92,11 @@ class LanceSparkWriteOperator(BaseOperator):
     :param max_bytes_per_file: bytes per data file.
     :param data_storage_version: Lance file format of a new dataset (``"2.0"``, ``"2.1"``,
         ``"2.2"``; default: the core's, as pylance's). Appends keep the dataset's format.
+    :param fixed_size_lists: array columns to store as fixed-size lists, ``{column: size}``
+        (e.g. ``{"embedding": 768}``): Spark arrays have no fixed size, but Lance's vector
+        indices need ``fixed_size_list<float>[dim]``. A Spark column whose metadata holds
+        ``arrow.fixed-size-list.size`` (lance-spark's convention) is stored so too. A row of
+        another length fails the job; appends keep the dataset's types. (templated)
     :param staging_uri: directory for the staged job result (default
         ``<dataset>/_airflow_staging``). (templated)
     :param idempotency_key: override the key (default ``dag_id/run_id/task_id/map_index``);
@@ -123,6 +128,7 @@ class LanceSparkWriteOperator(BaseOperator):
         "staging_uri",
         "idempotency_key",
         "commit_message",
+        "fixed_size_lists",
     )
     template_ext: Sequence[str] = (".sql",)
     template_fields_renderers: ClassVar[dict[str, str]] = {
@@ -159,6 +165,7 @@ class LanceSparkWriteOperator(BaseOperator):
         commit_message: str | None = None,
         spark_binary: str | None = None,
         spark_submit_kwargs: Mapping[str, Any] | None = None,
+        fixed_size_lists: Mapping[str, int] | None = None,
         **kwargs: Any,
     ) -> None:
         with_dataset_outlet(uri, kwargs)
@@ -190,6 +197,7 @@ class LanceSparkWriteOperator(BaseOperator):
         self.commit_message = commit_message
         self.spark_binary = spark_binary
         self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
+        self.fixed_size_lists = dict(fixed_size_lists or {})
         self._spark_job: SparkJobRunner | None = None
         if "{{" not in str(mode):
             self._check_mode(mode)
@@ -254,6 +262,7 @@ class LanceSparkWriteOperator(BaseOperator):
             max_bytes_per_file=self.max_bytes_per_file,
             num_partitions=self.num_partitions,
             data_storage_version=self.data_storage_version,
+            fixed_size_lists=self.fixed_size_lists,
         )
 
     def _reusable_result(self, spec: WriteJobSpec) -> WriteJobResult | None:

@@ -123,6 +123,7 @@ def run(spark: SparkSession, spec: WriteJobSpec) -> WriteJobResult:
         target_schema=_target_schema(spec),
         data_storage_version=spec.data_storage_version,
         spec_digest=spec.digest(),
+        fixed_size_lists=spec.fixed_size_lists,
     )
     result.save(spec.staging_root, spec.staging_name, spec.storage_options)
     return result

@@ -51,6 +51,18 @@ def _positive_int(name: str, value: Any) -> int:
     return int(value)
 
 
+def size_map(name: str, value: Any) -> dict[str, int]:
+    """``value`` as {column: positive size} (sizes may be digit strings, as templates render them)."""
+    require(isinstance(value, Mapping), f"{name} must be a mapping of column names to sizes, not {type(value).__name__}")
+    sizes = {}
+    for key, size in value.items():
+        text = str(size).strip()
+        require(not isinstance(size, bool) and text.isdigit() and int(text) > 0,
+                f"{name}[{key!r}] must be a positive integer, not {size!r}")
+        sizes[str(key)] = int(text)
+    return sizes
+
+
 def string_map(name: str, value: Any) -> dict[str, str]:
     """``value`` as a dict of strings; JobSpecError unless it is a mapping."""
     require(isinstance(value, Mapping), f"{name} must be a mapping of strings, not {type(value).__name__}")
@@ -138,6 +150,8 @@ class WriteJobSpec:
     max_bytes_per_file: int = MAX_BYTES_PER_FILE
     num_partitions: int | None = None
     data_storage_version: str | None = None
+    #: array columns stored as fixed-size lists of this many items (vectors), {column: size}
+    fixed_size_lists: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         require(isinstance(self.uri, str) and bool(self.uri), "uri must be a non-empty string")
@@ -152,9 +166,12 @@ class WriteJobSpec:
             _positive_int("num_partitions", self.num_partitions)
         require(self.data_storage_version is None or isinstance(self.data_storage_version, str),
                  f"data_storage_version must be a string such as '2.0', not {self.data_storage_version!r}")
+        object.__setattr__(self, "fixed_size_lists", size_map("fixed_size_lists", self.fixed_size_lists))
 
     def to_dict(self) -> dict[str, Any]:
+        extra = {"fixed_size_lists": dict(self.fixed_size_lists)} if self.fixed_size_lists else {}
         return {
+            **extra,
             "spec_version": SPEC_VERSION,
             "uri": self.uri,
             "mode": self.mode,
@@ -195,6 +212,7 @@ class WriteJobSpec:
                 max_bytes_per_file=data.get("max_bytes_per_file", MAX_BYTES_PER_FILE),
                 num_partitions=data.get("num_partitions"),
                 data_storage_version=data.get("data_storage_version"),
+                fixed_size_lists=data.get("fixed_size_lists") or {},
             )
         except KeyError as exc:
             raise JobSpecError(f"job spec lacks {exc.args[0]!r}") from None

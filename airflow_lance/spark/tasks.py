@@ -29,6 +29,7 @@ from airflow_lance.core import (
 )
 from airflow_lance.spark.spec import JobSpecError
 from airflow_lance.spark.task_spec import TaskJobResult, TaskJobSpec
+from airflow_lance.spark.writer import gc_paused
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -36,14 +37,17 @@ if TYPE_CHECKING:
 
 def execute_compaction_task(task: Mapping[str, Any], *, uri: str, storage_options: Mapping[str, str]) -> dict:
     """Executor side of ``compaction``: rewrite one bin of fragments; the ``RewriteResult`` JSON."""
-    return CompactionTask.from_json(task).execute(uri, storage_options).to_json()
+    with gc_paused():
+        return CompactionTask.from_json(task).execute(uri, storage_options).to_json()
 
 
 def write_partition_group(labels: Iterator[Sequence[str]], *, plan: KartothekImportPlan) -> Iterator[dict]:
     """Executor side of ``kartothek_import``: write the partitions of one Spark partition's
     label groups; one ``PartitionsWritten`` JSON per group."""
     for group in labels:
-        yield write_kartothek_partitions(plan, list(group)).to_json()
+        with gc_paused():
+            written = write_kartothek_partitions(plan, list(group)).to_json()
+        yield written
 
 
 def _run_on_executors(spark: SparkSession, tasks: Sequence[Any], function: Callable[[Any], Any]) -> list[Any]:

@@ -6,11 +6,19 @@ streams them through ``airflow_lance.core.write_fragments`` (files cut at
 pylance-compatible JSON and the Arrow schema it was written with. The driver collects
 those rows and checks that the fragments hold exactly the rows Spark counted, with an
 ``Observation`` on the same pass over the data (no second scan of the source).
+
+Spark has no fixed-size array type, so a vector column reaches Python as ``list<float>``.
+Lance's vector indices need ``fixed_size_list<float>[dim]``: name such columns in
+``fixed_size_lists`` (or mark the Spark column with the metadata key
+``arrow.fixed-size-list.size``, lance-spark's convention) and they are stored as fixed-size
+lists; a row of another length fails the write.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import itertools
 import json
 import time
@@ -20,11 +28,14 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from airflow_lance.core import FragmentMetadata, LanceError, SchemaMismatchError, write_fragments
-from airflow_lance.spark.spec import WriteJobResult, WriteMode
+from airflow_lance.spark.conform import harmonize, with_fixed_size_lists
+from airflow_lance.spark.spec import WriteJobResult, WriteMode, size_map
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+#: Spark column metadata naming a column's fixed list size (lance-spark's convention).
+FIXED_SIZE_LIST_KEY = "arrow.fixed-size-list.size"
 #: Output of :func:`write_partition` (Spark DDL and the matching Arrow schema).
 RESULT_DDL = "fragment string, schema binary"
 RESULT_SCHEMA = pa.schema([("fragment", pa.string()), ("schema", pa.binary())])
@@ -34,48 +45,32 @@ class RowCountMismatchError(LanceError):
     """The written fragments do not hold the rows Spark counted; nothing may be committed."""
 
 
-def _same_kind(source: pa.DataType, target: pa.DataType) -> bool:
-    """Whether ``source`` differs from ``target`` only in representation (large/small offsets,
-    list child names, time zone spelling, a list holding a fixed-size list's values)."""
-    if source == target:
-        return True
-    strings = (pa.types.is_string, pa.types.is_large_string, pa.types.is_string_view)
-    binaries = (pa.types.is_binary, pa.types.is_large_binary, pa.types.is_binary_view)
-    for family in (strings, binaries):
-        if any(test(source) for test in family) and any(test(target) for test in family):
-            return True
-    if pa.types.is_timestamp(source) and pa.types.is_timestamp(target):
-        return source.unit == target.unit and (source.tz is None) == (target.tz is None)
-    lists = (pa.types.is_list, pa.types.is_large_list, pa.types.is_fixed_size_list)
-    if any(test(source) for test in lists) and any(test(target) for test in lists):
-        return _same_kind(source.value_type, target.value_type)
-    if pa.types.is_struct(source) and pa.types.is_struct(target):
-        names = {target.field(i).name: target.field(i).type for i in range(target.num_fields)}
-        return all(
-            source.field(i).name in names and _same_kind(source.field(i).type, names[source.field(i).name])
-            for i in range(source.num_fields)
-        )
-    return False
+_heap_frozen = False
 
 
-def harmonize(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
-    """Cast the columns of ``batch`` whose type differs from the dataset's only in representation
-    (Spark's Arrow types vs. the dataset's); anything else is left for the core to reject."""
-    columns, fields, changed = [], [], False
-    for field, column in zip(batch.schema, batch.columns, strict=True):
-        index = target.get_field_index(field.name)
-        wanted = target.field(index).type if index >= 0 else field.type
-        if wanted != field.type and _same_kind(field.type, wanted):
-            try:
-                column = column.cast(wanted)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                raise SchemaMismatchError(
-                    f"column {field.name!r}: cannot store {field.type} as {wanted}: {exc}"
-                ) from exc
-            field, changed = field.with_type(wanted), True
-        columns.append(column)
-        fields.append(field)
-    return pa.RecordBatch.from_arrays(columns, schema=pa.schema(fields, batch.schema.metadata)) if changed else batch
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Keep Python's cyclic garbage collector out of a bulk write in a Spark worker.
+
+    A write allocates many short-lived arrays but creates no reference cycles, while every
+    collection walks the worker's whole heap: pyarrow, protobuf and PySpark's modules, and
+    PySpark's daemon runs a full collection after every task of a reused worker. So the
+    collector is off during the write (reference counting still frees memory), and the
+    first write of a worker process moves what is alive then (mostly modules) out of the
+    collector's sight with ``gc.freeze()``, after one last full collection.
+    """
+    global _heap_frozen
+    if not _heap_frozen:
+        gc.collect()
+        gc.freeze()
+        _heap_frozen = True
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def write_partition(
@@ -88,11 +83,13 @@ def write_partition(
     max_bytes_per_file: int,
     target_schema: pa.Schema | None = None,
     data_storage_version: str | None = None,
+    fixed_size_lists: Mapping[str, int] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Write one partition as fragments; yield a :data:`RESULT_SCHEMA` batch describing them.
 
     ``target_schema`` (appends) is the dataset's schema: Spark's representation of the
-    same types is converted to it. ``data_storage_version`` picks the file format of a new
+    same types is converted to it. Otherwise the list columns named in ``fixed_size_lists``
+    become fixed-size lists. ``data_storage_version`` picks the file format of a new
     dataset (the core's default otherwise; appends keep the dataset's). An empty partition
     writes nothing.
     """
@@ -100,27 +97,61 @@ def write_partition(
     if first is None:
         return
     stream: Iterator[pa.RecordBatch] = itertools.chain([first], batches)
+    if target_schema is None and fixed_size_lists:
+        target_schema = with_fixed_size_lists(first.schema, fixed_size_lists)
     if target_schema is not None:
         stream = (harmonize(batch, target_schema) for batch in stream)
         first_schema = target_schema
     else:
         first_schema = first.schema
-    fragments = write_fragments(
-        stream,
-        uri,
-        schema=first_schema,
-        mode=mode,
-        max_rows_per_file=max_rows_per_file,
-        max_bytes_per_file=max_bytes_per_file,
-        data_storage_version=data_storage_version,
-        storage_options=storage_options,
-    )
+    with gc_paused():
+        fragments = write_fragments(
+            stream,
+            uri,
+            schema=first_schema,
+            mode=mode,
+            max_rows_per_file=max_rows_per_file,
+            max_bytes_per_file=max_bytes_per_file,
+            data_storage_version=data_storage_version,
+            storage_options=storage_options,
+        )
     if fragments:
         schema_bytes = first_schema.serialize().to_pybytes()
         yield pa.RecordBatch.from_pydict(
             {"fragment": [json.dumps(f.to_json()) for f in fragments], "schema": [schema_bytes] * len(fragments)},
             schema=RESULT_SCHEMA,
         )
+
+
+def fixed_size_lists_of(df: DataFrame, explicit: Mapping[str, int] | None = None) -> dict[str, int]:
+    """Fixed list sizes of ``df``'s array columns: those marked with :data:`FIXED_SIZE_LIST_KEY`
+    in their Spark metadata, then ``explicit`` ({column: size}, which wins). Raises
+    :class:`SchemaMismatchError` for a column that is missing or not a top-level array, and
+    ``JobSpecError`` for a size that is not a positive integer."""
+    from pyspark.sql.types import ArrayType
+
+    fields = {field.name: field for field in df.schema.fields}
+    marked = {name: field.metadata[FIXED_SIZE_LIST_KEY] for name, field in fields.items()
+              if FIXED_SIZE_LIST_KEY in (field.metadata or {})}
+    sizes = size_map("fixed_size_lists", {**marked, **(explicit or {})})
+    for name in sizes:
+        if name not in fields:
+            raise SchemaMismatchError(
+                f"fixed-size list column {name!r} is not a column of the source (columns: {', '.join(fields)})")
+        if not isinstance(fields[name].dataType, ArrayType):
+            raise SchemaMismatchError(
+                f"fixed-size list column {name!r} is {fields[name].dataType.simpleString()}, not an array")
+    return sizes
+
+
+def _check_against_dataset(sizes: Mapping[str, int], target_schema: pa.Schema) -> None:
+    """Appends keep the dataset's types: a column asked to be a fixed-size list must already be one."""
+    for name, size in sizes.items():
+        index = target_schema.get_field_index(name)
+        dtype = target_schema.field(index).type if index >= 0 else None
+        if dtype is not None and not (pa.types.is_fixed_size_list(dtype) and dtype.list_size == size):
+            raise SchemaMismatchError(
+                f"column {name!r} is {dtype} in the dataset: it cannot be appended as a {size}-item fixed-size list")
 
 
 def check_row_count(fragments: Sequence[FragmentMetadata], spark_rows: int, uri: str) -> None:
@@ -143,18 +174,24 @@ def write_dataframe(
     target_schema: pa.Schema | None = None,
     data_storage_version: str | None = None,
     spec_digest: str = "",
+    fixed_size_lists: Mapping[str, int] | None = None,
 ) -> WriteJobResult:
     """Write ``df`` as uncommitted fragments of ``uri`` and validate the row count.
 
     ``mode`` is ``write_fragments``' mode: ``create`` (the dataset must not exist),
     ``append`` (fragments get the dataset's field ids; pass its ``target_schema``) or
-    ``overwrite`` (a fresh schema). Raises :class:`RowCountMismatchError` if the fragments
-    do not hold exactly Spark's row count.
+    ``overwrite`` (a fresh schema). ``fixed_size_lists`` ({column: size}, added to the
+    columns marked with :data:`FIXED_SIZE_LIST_KEY`) stores array columns as fixed-size
+    lists (vectors). Raises :class:`RowCountMismatchError` if the fragments do not hold
+    exactly Spark's row count.
     """
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
     start = time.monotonic()
+    sizes = fixed_size_lists_of(df, fixed_size_lists)
+    if target_schema is not None:
+        _check_against_dataset(sizes, target_schema)
     observation = Observation("airflow_lance_write")
     observed = df.observe(observation, F.count(F.lit(1)).alias("rows"))
     writer = functools.partial(
@@ -166,6 +203,7 @@ def write_dataframe(
         max_bytes_per_file=max_bytes_per_file,
         target_schema=target_schema,
         data_storage_version=data_storage_version,
+        fixed_size_lists=sizes,
     )
     rows = observed.mapInArrow(writer, RESULT_DDL).collect()
     spark_rows = int(observation.get["rows"])
@@ -175,8 +213,10 @@ def write_dataframe(
         raise SchemaMismatchError("Spark partitions produced different Arrow schemas; cannot commit them together")
     if schemas:
         schema = pa.ipc.read_schema(pa.py_buffer(schemas.pop()))
+    elif target_schema is not None:
+        schema = target_schema
     else:
-        schema = target_schema if target_schema is not None else df.limit(0).toArrow().schema
+        schema = with_fixed_size_lists(df.limit(0).toArrow().schema, sizes)
     check_row_count(fragments, spark_rows, uri)
     return WriteJobResult(
         spec_digest=spec_digest,

@@ -18,6 +18,19 @@ def extra_rows(spark: SparkSession) -> DataFrame:
     )
 
 
+def vector_rows(spark: SparkSession) -> DataFrame:
+    """300 rows with two vector columns: ``embedding`` (2 floats) marked as a fixed-size list
+    in its Spark metadata (lance-spark's convention), ``other`` (3 floats) left unmarked."""
+    ids = spark.range(0, 300, 1, 3)
+    return ids.select(
+        F.col("id"),
+        F.concat(F.lit("new-"), F.col("id").cast("string")).alias("label"),
+        F.array(F.col("id").cast("float"), F.lit(0.5).cast("float")).alias(
+            "embedding", metadata={"arrow.fixed-size-list.size": 2}),
+        F.array(F.lit(1.0), F.lit(2.0), F.col("id").cast("double")).alias("other"),
+    )
+
+
 def slow_rows(spark: SparkSession) -> DataFrame:
     """Never returns in time: the job sits in the driver until it is killed."""
     import time

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 
 import lance as pylance
+import pyarrow as pa
 import pytest
 
 import airflow_lance.core as lance
@@ -59,7 +60,8 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> JobRun:
     source.mkdir()
     for part in range(2):  # JSON lines in two files
         ids = range(part * 120, part * 120 + 120)
-        rows = [{"id": i, "name": f"n{i}", "score": i / 2, "tags": [f"t{i % 3}"]} for i in ids]
+        rows = [{"id": i, "name": f"n{i}", "score": i / 2, "tags": [f"t{i % 3}"], "vec": [i, i + 0.5, i + 0.25]}
+                for i in ids]
         (source / f"part-{part}.json").write_text("\n".join(json.dumps(r) for r in rows))
     uri = str(work / "ds.lance")
     root, name = staging_location(uri, "job-test")
@@ -67,6 +69,7 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> JobRun:
         uri=uri, mode="create", source=SourceSpec.from_fields(path=str(source), format="json",
                                                               options={"primitivesAsString": "false"}),
         read_version=0, staging_root=root, staging_name=name, max_rows_per_file=50, num_partitions=3,
+        fixed_size_lists={"vec": 3},
     )
     spec_file = work / "spec.json"
     spec_file.write_text(spec.to_json())
@@ -112,6 +115,9 @@ def test_committing_the_staged_fragments_gives_the_source_rows(job: JobRun) -> N
     assert table.column("id").to_pylist() == list(range(ROWS))
     assert table.column("name").to_pylist() == [f"n{i}" for i in range(ROWS)]
     assert table.column("tags").to_pylist() == [[f"t{i % 3}"] for i in range(ROWS)]
+    # Spark's array<double> stored as the vector the spec asked for
+    assert table.schema.field("vec").type == pa.list_(pa.field("element", pa.float64()), 3)
+    assert table.column("vec").to_pylist() == [[i, i + 0.5, i + 0.25] for i in range(ROWS)]
 
 
 def test_spec_and_usage_errors_without_spark(tmp_path: pathlib.Path) -> None:

@@ -29,7 +29,9 @@ def _spec(**overrides: object) -> WriteJobSpec:
 
 def test_json_round_trip_and_secret_free_repr() -> None:
     spec = _spec(source=SourceSpec.from_fields(path=["a.csv", "b.csv"], format="csv", options={"header": True}),
-                 num_partitions=8, max_rows_per_file=1000, data_storage_version="2.0")
+                 num_partitions=8, max_rows_per_file=1000, data_storage_version="2.0",
+                 fixed_size_lists={"embedding": "768"})
+    assert spec.fixed_size_lists == {"embedding": 768}  # a rendered template gives a digit string
     assert WriteJobSpec.from_json(spec.to_json()) == spec
     assert "shh-1234" not in repr(spec)
     assert spec.source.options == {"header": "True"}
@@ -42,6 +44,9 @@ def test_digest_ignores_credentials_and_staging_but_not_the_write() -> None:
     assert _spec(read_version=5).digest() != base.digest()
     assert _spec(data_storage_version="2.0").digest() != base.digest()
     assert _spec(source=SourceSpec.from_fields(sql="SELECT 1")).digest() != base.digest()
+    assert _spec(fixed_size_lists={"v": 4}).digest() != base.digest()
+    # specs without vectors keep the digest they had before the field existed (a retry across an upgrade)
+    assert "fixed_size_lists" not in base.to_dict() and _spec(fixed_size_lists={}).digest() == base.digest()
 
 
 @pytest.mark.parametrize(("fields", "message"), [
@@ -61,6 +66,10 @@ def test_bad_sources_raise_a_typed_error(fields: dict[str, object], message: str
     ({"read_version": -1}, "read_version"),
     ({"max_rows_per_file": 0}, "max_rows_per_file"),
     ({"num_partitions": 0}, "num_partitions"),
+    ({"fixed_size_lists": {"v": 0}}, r"fixed_size_lists\['v'\] must be a positive integer"),
+    ({"fixed_size_lists": {"v": "wide"}}, "positive integer"),
+    ({"fixed_size_lists": {"v": True}}, "positive integer"),
+    ({"fixed_size_lists": ["v"]}, "mapping of column names to sizes"),
 ])
 def test_bad_specs_raise_a_typed_error(overrides: dict[str, object], message: str) -> None:
     with pytest.raises(JobSpecError, match=message):

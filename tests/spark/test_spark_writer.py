@@ -1,16 +1,27 @@
 """The per-partition writer without Spark: Arrow batches in, fragments out; Spark's Arrow types
-converted to a dataset's; the row-count check."""
+converted to a dataset's, array columns stored as fixed-size lists; the row-count check; the
+garbage collector kept out of the write."""
 
 from __future__ import annotations
 
+import gc
 import json
 import pathlib
 
+import lance as pylance
+import numpy as np
 import pyarrow as pa
 import pytest
 
 import airflow_lance.core as lance
-from airflow_lance.spark.writer import RESULT_SCHEMA, RowCountMismatchError, check_row_count, harmonize, write_partition
+from airflow_lance.spark.conform import harmonize, with_fixed_size_lists
+from airflow_lance.spark.writer import (
+    RESULT_SCHEMA,
+    RowCountMismatchError,
+    check_row_count,
+    gc_paused,
+    write_partition,
+)
 
 
 def _limits() -> dict[str, int]:
@@ -66,3 +77,70 @@ def test_row_count_check() -> None:
     check_row_count([fragment, fragment], 20, "uri")
     with pytest.raises(RowCountMismatchError, match="hold 20 rows but Spark counted 21"):
         check_row_count([fragment, fragment], 21, "uri")
+
+
+def _spark_vectors(rows: int, dim: int, large: bool = False) -> pa.Array:
+    """Vectors as Spark hands them to Python: a plain list column (child ``element``)."""
+    values = pa.array(np.arange(rows * dim, dtype=np.float32))
+    offsets = pa.array(np.arange(0, rows * dim + 1, dim), pa.int64() if large else pa.int32())
+    array_type = pa.large_list if large else pa.list_
+    return (pa.LargeListArray if large else pa.ListArray).from_arrays(
+        offsets, values, type=array_type(pa.field("element", pa.float32())))
+
+
+@pytest.mark.parametrize("large", [False, True])
+def test_array_columns_become_fixed_size_lists_without_copying_the_values(large: bool) -> None:
+    batch = pa.RecordBatch.from_pydict({"id": pa.array(range(50)), "v": _spark_vectors(50, 4, large)})
+    target = with_fixed_size_lists(batch.schema, {"v": 4})
+    assert target.field("v").type == pa.list_(pa.field("element", pa.float32()), 4)
+    for piece in (batch, batch.slice(7, 20)):  # a slice starts inside the values
+        out = harmonize(piece, target)
+        assert out.schema == target
+        assert out.column("v").to_pylist() == piece.column("v").to_pylist()
+        assert out.column("v").values.buffers()[1].address == piece.column("v").values.buffers()[1].address
+
+
+def test_null_vectors_go_through_arrows_cast_and_wrong_lengths_name_the_column() -> None:
+    with_null = pa.RecordBatch.from_pydict({"v": pa.array([[1.0, 2.0], None, [3.0, 4.0]], pa.list_(pa.float32()))})
+    out = harmonize(with_null, with_fixed_size_lists(with_null.schema, {"v": 2}))
+    assert out.column("v").to_pylist() == [[1.0, 2.0], None, [3.0, 4.0]]
+    ragged = pa.RecordBatch.from_pydict({"v": pa.array([[1.0, 2.0], [3.0]], pa.list_(pa.float32()))})
+    with pytest.raises(lance.SchemaMismatchError, match="column 'v': a row holds 1 items, not the 2"):
+        harmonize(ragged, with_fixed_size_lists(ragged.schema, {"v": 2}))
+    with pytest.raises(lance.SchemaMismatchError, match="not an array"):
+        with_fixed_size_lists(pa.schema([("n", pa.int64())]), {"n": 2})
+    with pytest.raises(lance.SchemaMismatchError, match="not in the data"):
+        with_fixed_size_lists(pa.schema([("n", pa.int64())]), {"missing": 2})
+
+
+@pytest.mark.parametrize("version", ["2.0", "2.2"])
+def test_a_partition_with_fixed_size_lists_reads_back_as_vectors(tmp_path: pathlib.Path, version: str) -> None:
+    uri = str(tmp_path / "ds.lance")
+    batches = [pa.RecordBatch.from_pydict({"id": pa.array(range(i * 40, i * 40 + 40)), "v": _spark_vectors(40, 8)})
+               for i in range(3)]
+    (out,) = list(write_partition(iter(batches), uri=uri, mode="create", storage_options={},
+                                  fixed_size_lists={"v": 8}, data_storage_version=version, **_limits()))
+    schema = pa.ipc.read_schema(pa.py_buffer(out.column("schema")[0].as_py()))
+    fragments = [lance.FragmentMetadata.from_json(f) for f in out.column("fragment").to_pylist()]
+    ds = lance.LanceDataset.commit(uri, lance.LanceOperation.Overwrite(schema, fragments), 0)
+    table = pylance.dataset(uri).to_table()
+    assert table.schema.field("v").type == pa.list_(pa.field("element", pa.float32()), 8)
+    assert table.column("v").to_pylist() == pa.Table.from_batches(batches).column("v").to_pylist()
+    assert ds.count_rows() == 120
+
+
+def test_the_collector_is_off_during_a_write_and_the_heap_frozen_once() -> None:
+    assert gc.isenabled()
+    with gc_paused():
+        assert not gc.isenabled()
+        frozen = gc.get_freeze_count()
+    assert gc.isenabled() and frozen > 0
+    with gc_paused():  # later writes do not collect or freeze again
+        assert gc.get_freeze_count() == frozen
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()  # a caller's choice is kept
+    finally:
+        gc.enable()

@@ -25,6 +25,7 @@ from airflow_lance.core.storage.dynamodb import DynamoDBManifestStore
 from airflow_lance.core.storage.fsspec_store import FsspecStore
 from airflow_lance.core.storage.gcs import GcsStore
 from airflow_lance.core.storage.local import LocalStore
+from airflow_lance.core.storage.options import local_direct_io
 from airflow_lance.core.storage.s3 import S3Store
 
 DDB_SCHEME = "s3+ddb"
@@ -63,7 +64,7 @@ def open_store(uri: str | os.PathLike[str], storage_options: Mapping[str, Any] |
     scheme = parsed.scheme.lower()
     if scheme in ("", "file") or (len(scheme) == 1 and os.name == "nt"):
         path = parsed.path if scheme == "file" else text
-        return LocalStore(text, os.path.expanduser(path))
+        return LocalStore(text, os.path.expanduser(path), direct_io=local_direct_io(storage_options))
     if scheme == DDB_SCHEME:
         return _ddb_store(text, storage_options)
     if parsed.query and scheme in _BACKENDS:

@@ -12,6 +12,9 @@ Our own keys (pylance ignores them):
 * ``allow_unsafe_commit="true"``: commit on a store without atomic
   put-if-not-exists, accepting that concurrent writers may overwrite each
   other's versions (a warning is logged).
+* ``direct_io="auto" | "true" | "false"``: how local data files are written
+  (see ``storage.direct``): ``auto`` (default) uses direct I/O on ext4, xfs
+  and btrfs beyond a file's first 32 MiB.
 
 Lance keys handled beyond object_store's: ``dynamodb_endpoint`` (for
 ``s3+ddb://``), ``google_storage_token``, ``client_max_retries``.
@@ -29,6 +32,7 @@ from typing import Any
 from airflow_lance.core.errors import InvalidInputError
 
 TRUE = {"1", "true", "yes", "on"}
+FALSE = {"0", "false", "no", "off"}
 
 
 def _aliases(*groups: tuple[str, ...]) -> dict[str, str]:
@@ -108,6 +112,7 @@ _COMMON = _aliases(
     ("timeout",),
     ("client_max_retries",),
     ("allow_unsafe_commit",),
+    ("direct_io",),
     # Accepted, nothing to translate:
     ("user_agent",), ("proxy_url",), ("proxy_ca_certificate",), ("proxy_excludes",), ("pool_idle_timeout",),
     ("pool_max_idle_per_host",), ("http1_only",), ("http2_only",), ("http2_keep_alive_interval",),
@@ -171,6 +176,19 @@ def resolve(backend: str, options: Mapping[str, Any] | None) -> Resolved:
             "aws_endpoint, allow_http, azure_storage_account_name, google_service_account"
         )
     return Resolved(backend, values)
+
+
+def local_direct_io(options: Mapping[str, Any] | None) -> str:
+    """The ``direct_io`` option of a local dataset, normalised to ``auto``/``true``/``false``."""
+    for key, value in (options or {}).items():
+        if str(key).lower() == "direct_io":
+            text = str(value).strip().lower()
+            if text == "auto":
+                return text
+            if text in TRUE or text in FALSE:
+                return "true" if text in TRUE else "false"
+            raise InvalidInputError(f"storage option direct_io must be auto, true or false, not {value!r}")
+    return "auto"
 
 
 def secret_values(options: Mapping[str, Any] | None) -> tuple[str, ...]:

@@ -18,7 +18,6 @@ ROOT = os.environ.get("LANCE_TEST_ROOT", "/tmp/airflow-lance-test")
 DATASET = f"{ROOT}/ds.lance"
 SOURCES = str(pathlib.Path(__file__).resolve().parents[1] / "spark_sources.py")
 SPARK_CONF = {"spark.ui.enabled": "false", "spark.log.level": "WARN", "spark.sql.shuffle.partitions": "2"}
-OVERWRITE_SQL = "SELECT id, CONCAT('new-', CAST(id AS STRING)) AS label FROM range(0, 300, 1, 3)"
 
 
 class FailOnFirstTry(LanceSparkWriteOperator):
@@ -64,7 +63,8 @@ with DAG("lance_test_spark_write", schedule=None, start_date=dt.datetime(2025, 1
     )
     overwrite = FailOnFirstTry(
         task_id="overwrite_retry_before_commit", fail_at="before_commit", uri="ds.lance", mode="overwrite",
-        source_sql=OVERWRITE_SQL, max_rows_per_file=120, retries=1, outlets=[create_asset(uri=DATASET)],
+        source_callable="spark_sources:vector_rows", py_files=SOURCES, fixed_size_lists={"other": "{{ 1 + 2 }}"},
+        max_rows_per_file=120, retries=1, outlets=[create_asset(uri=DATASET)],
         **common,
     )
     spark_fails = LanceSparkWriteOperator(

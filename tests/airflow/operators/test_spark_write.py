@@ -110,8 +110,13 @@ def test_retry_before_the_commit_commits_once_from_the_staged_result(run: WriteR
     assert {k: result[k] for k in ("version", "read_version", "num_rows", "num_fragments")} == {
         "version": 3, "read_version": 2, "num_rows": 300, "num_fragments": 3}
     table = pylance.dataset(run.uri, version=3).to_table()
-    assert table.schema.names == ["id", "label"]
-    assert _rows(table) == {"id": list(range(300)), "label": [f"new-{i}" for i in range(300)]}
+    assert table.schema.names == ["id", "label", "embedding", "other"]
+    # vectors: one marked in its Spark metadata, one named in the (templated) fixed_size_lists
+    assert table.schema.field("embedding").type.list_size == 2
+    assert table.schema.field("other").type == pa.list_(pa.field("element", pa.float64()), 3)
+    assert _rows(table) == {"id": list(range(300)), "label": [f"new-{i}" for i in range(300)],
+                            "embedding": [[float(i), 0.5] for i in range(300)],
+                            "other": [[1.0, 2.0, float(i)] for i in range(300)]}
     txn = lance.dataset(run.uri).read_transaction(3)
     assert txn is not None and txn.kind == "overwrite" and txn.transaction_properties["airflow.try_number"] == "2"
 

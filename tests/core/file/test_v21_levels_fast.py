@@ -268,13 +268,18 @@ def _chunked(array: pa.Array, rng: np.random.Generator) -> pa.ChunkedArray:
 
 
 @pytest.mark.parametrize("version", [(2, 1), (2, 2)])
-@pytest.mark.parametrize("dtype", [pa.float32(), pa.float64(), pa.int64(), pa.string(), pa.large_binary()])
+@pytest.mark.parametrize("dtype", [pa.float32(), pa.float64(), pa.int64(), pa.string(), pa.large_binary(),
+                                   pa.list_(pa.float32(), 128), pa.list_(pa.float32(), 4), pa.list_(pa.int16(), 3)])
 @pytest.mark.parametrize("in_list", [False, True])
 def test_encode_page_of_chunks_matches_one_array(version, dtype, in_list):
-    """Leaf values in several chunks (the writer's pending pieces) encode like their concatenation."""
+    """Leaf values in several chunks (the writer's pending pieces) encode like their concatenation
+    (vectors: full-zip for 128 floats, mini-block for the short ones)."""
     rng = np.random.default_rng(7)
     rows = 20_000
-    if pa.types.is_floating(dtype):
+    if pa.types.is_fixed_size_list(dtype):
+        items = pa.array(rng.standard_normal(rows * dtype.list_size) * 1000).cast(dtype.value_type, safe=False)
+        values = pa.FixedSizeListArray.from_arrays(items, type=dtype)
+    elif pa.types.is_floating(dtype):
         values = pa.array(rng.standard_normal(rows), dtype)
     elif pa.types.is_integer(dtype):
         values = pa.array(rng.integers(-(1 << 40), 1 << 40, rows), dtype)
@@ -294,6 +299,18 @@ def test_encode_page_of_chunks_matches_one_array(version, dtype, in_list):
     assert pieces.layout == whole.layout
     assert [b"".join(bytes(s) for s in b) for b in pieces.buffers] == [b"".join(bytes(s) for s in b)
                                                                         for b in whole.buffers]
+
+
+def test_full_zip_vectors_are_written_from_their_chunks():
+    """A page of vectors without levels is the chunks' own value buffers, not a copy."""
+    rng = np.random.default_rng(3)
+    vectors = pa.FixedSizeListArray.from_arrays(pa.array(rng.standard_normal(3000 * 128), pa.float32()), 128)
+    chunks = _chunked(vectors, rng)
+    page = encode_page([NodeData(ITEM, len(vectors), None)], chunks, len(vectors), (2, 2))
+    assert page.layout.WhichOneof("layout") == "full_zip_layout"
+    (segments,) = page.buffers
+    items = [chunk.flatten() for chunk in chunks.chunks]
+    assert [s.address for s in segments] == [i.buffers()[1].address + i.offset * 4 for i in items]
 
 
 @pytest.mark.parametrize("bits", [8, 16, 32, 64])

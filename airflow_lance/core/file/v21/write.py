@@ -123,6 +123,19 @@ def _fixed_pieces(values: pa.ChunkedArray) -> _Leaf | None:
     return _Leaf("fixed", len(values), bits=width * 8, pieces=pieces)
 
 
+def _fsl_pieces(values: pa.ChunkedArray) -> _Leaf | None:
+    """Several chunks of fixed-size lists of fixed-width items with no null items: the items'
+    bytes left in their chunks (a full-zip page without levels writes them as they are)."""
+    if not pa.types.is_fixed_size_list(values.type):
+        return None
+    leaves = [_leaf(chunk, None) for chunk in values.chunks]
+    first = leaves[0]
+    if first.bits == 1 or any(valid is not None for leaf in leaves for valid in leaf.layer_valid):
+        return None
+    return _Leaf("fsl", len(values), bits=first.bits, dim=first.dim, dims=first.dims,
+                 layer_valid=[None] * len(first.dims), pieces=[leaf.data for leaf in leaves])
+
+
 def _variable_pieces(values: pa.ChunkedArray) -> _Leaf | None:
     """All of several chunks of strings/binary: one offsets array (written straight from the chunks'
     offsets), the bytes left in their chunks."""
@@ -155,7 +168,8 @@ def _leaf(values: pa.Array | pa.ChunkedArray, slots: np.ndarray | None) -> _Leaf
     """Leaf values at ``slots`` (None: all of ``values`` in order; -1: a null placeholder)."""
     identity = slots is None
     if isinstance(values, pa.ChunkedArray):
-        pieces = (_fixed_pieces(values) or _variable_pieces(values)) if identity and values.num_chunks > 1 else None
+        pieces = (_fixed_pieces(values) or _variable_pieces(values) or _fsl_pieces(values)) \
+            if identity and values.num_chunks > 1 else None
         if pieces is not None:
             return pieces
         values = values.chunk(0) if values.num_chunks == 1 else pa.concat_arrays(values.chunks)
@@ -673,7 +687,7 @@ def _chunk_values(leaf: _Leaf, counts: np.ndarray, k: int, add):
             if valid is not None:  # validity of this layer's items, outer layers first
                 start = add(np.packbits(valid, bitorder="little"))
                 parts.append(_part(start + first * int(cumulative) // 8, (counts * int(cumulative) + 7) // 8))
-        start = add(leaf.data)
+        start = _add_data(leaf, add)
         parts.append(_part(start + first * row_bits // 8, (counts * row_bits + 7) // 8))
         return _fsl_encoding(leaf), parts
     # variable: per chunk (n + 1) offsets relative to the chunk buffer, then the bytes
@@ -832,21 +846,25 @@ def _full_zip(layers, rep, defs, visible_mask, leaf: _Leaf):
         data = leaf.joined()
     else:
         width = leaf.bits * max(leaf.dim, 1) // 8
+        prefixes = []
         if leaf.kind == "fsl":
             encoding = _fsl_encoding(leaf)
             prefixes = [np.packbits(valid.reshape(leaf.n, int(count)), axis=1, bitorder="little")
                         for count, valid in zip(np.cumprod(leaf.dims), leaf.layer_valid) if valid is not None]
-            data = leaf.data
-            if prefixes:
-                data = np.concatenate([*prefixes, leaf.data.reshape(leaf.n, width)], axis=1).reshape(-1)
-                width += sum(p.shape[1] for p in prefixes)
         elif leaf.kind == "fixed":
             encoding = _flat(leaf.bits)
-            data = leaf.joined()
         else:
             raise UnsupportedFeatureError(f"{leaf.kind} values in a full-zip page")
-        layout.bits_per_value = width * 8
+        layout.bits_per_value = (width + sum(p.shape[1] for p in prefixes)) * 8
         layout.value_compression.CopyFrom(encoding)
+        if rep is None and (defs is None or bool(visible.all())) and not word and not prefixes:
+            # the values as they are (left in the chunks they came in: no copy)
+            pieces = leaf.pieces if leaf.data is None and leaf.pieces else [leaf.data]
+            return pb.PageLayout(full_zip_layout=layout), [[pa.py_buffer(piece) for piece in pieces]]
+        data = leaf.joined()
+        if prefixes:
+            data = np.concatenate([*prefixes, data.reshape(leaf.n, width)], axis=1).reshape(-1)
+            width += sum(p.shape[1] for p in prefixes)
         if rep is None and (defs is None or bool(visible.all())):
             # a regular stride: control word + value per entry
             matrix = np.concatenate([control_bytes.reshape(entries, word), data.reshape(entries, width)], axis=1)

@@ -1,0 +1,99 @@
+"""Spark's Arrow batches conformed to the types the dataset stores.
+
+Spark hands Python its own Arrow representation of a type: ``large_string`` or
+``string``, a list's child named ``element``, ``Etc/UTC`` for UTC, and a plain list for
+what the dataset stores as a fixed-size list (Spark has no fixed-size arrays).
+:func:`harmonize` converts such columns to the dataset's types and leaves real
+differences for the core to refuse. :func:`with_fixed_size_lists` is the schema a new
+dataset gets when array columns are to be stored as fixed-size lists (vectors).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pyarrow as pa
+
+from airflow_lance.core import SchemaMismatchError
+
+
+def _same_kind(source: pa.DataType, target: pa.DataType) -> bool:
+    """Whether ``source`` differs from ``target`` only in representation (large/small offsets,
+    list child names, time zone spelling, a list holding a fixed-size list's values)."""
+    if source == target:
+        return True
+    strings = (pa.types.is_string, pa.types.is_large_string, pa.types.is_string_view)
+    binaries = (pa.types.is_binary, pa.types.is_large_binary, pa.types.is_binary_view)
+    for family in (strings, binaries):
+        if any(test(source) for test in family) and any(test(target) for test in family):
+            return True
+    if pa.types.is_timestamp(source) and pa.types.is_timestamp(target):
+        return source.unit == target.unit and (source.tz is None) == (target.tz is None)
+    lists = (pa.types.is_list, pa.types.is_large_list, pa.types.is_fixed_size_list)
+    if any(test(source) for test in lists) and any(test(target) for test in lists):
+        return _same_kind(source.value_type, target.value_type)
+    if pa.types.is_struct(source) and pa.types.is_struct(target):
+        names = {target.field(i).name: target.field(i).type for i in range(target.num_fields)}
+        return all(
+            source.field(i).name in names and _same_kind(source.field(i).type, names[source.field(i).name])
+            for i in range(source.num_fields)
+        )
+    return False
+
+
+def _as_fixed_size_list(column: pa.Array, wanted: pa.FixedSizeListType, name: str) -> pa.Array:
+    """A list column whose rows all hold ``wanted.list_size`` items, as a fixed-size list: the
+    values are not copied when no row is null (Arrow's cast handles null rows)."""
+    if column.null_count or not (pa.types.is_list(column.type) or pa.types.is_large_list(column.type)):
+        return column.cast(wanted)
+    size = wanted.list_size
+    width = 8 if pa.types.is_large_list(column.type) else 4
+    # (the offsets' own buffer: ``column.offsets.to_numpy()`` is orders of magnitude slower)
+    offsets = np.frombuffer(column.buffers()[1], dtype=f"<i{width}", count=len(column) + 1,
+                            offset=column.offset * width)
+    lengths = np.diff(offsets)
+    wrong = np.flatnonzero(lengths != size)
+    if len(wrong):
+        raise SchemaMismatchError(
+            f"column {name!r}: a row holds {int(lengths[wrong[0]])} items, not the {size} of its fixed-size lists")
+    values = column.values.slice(int(offsets[0]), len(column) * size)
+    if values.type != wanted.value_type:
+        values = values.cast(wanted.value_type)
+    return pa.FixedSizeListArray.from_arrays(values, type=wanted)
+
+
+def with_fixed_size_lists(schema: pa.Schema, sizes: Mapping[str, int]) -> pa.Schema:
+    """``schema`` with the list columns named in ``sizes`` as fixed-size lists of that many items."""
+    for name, size in sizes.items():
+        index = schema.get_field_index(name)
+        if index < 0:
+            raise SchemaMismatchError(f"fixed-size list column {name!r} is not in the data")
+        field = schema.field(index)
+        if not (pa.types.is_list(field.type) or pa.types.is_large_list(field.type)
+                or pa.types.is_fixed_size_list(field.type)):
+            raise SchemaMismatchError(f"column {name!r} is {field.type}, not an array: it cannot be a fixed-size list")
+        wanted = pa.list_(field.type.value_field, size)
+        schema = schema.set(index, field.with_type(wanted))
+    return schema
+
+
+def harmonize(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
+    """Cast the columns of ``batch`` whose type differs from the dataset's only in representation
+    (Spark's Arrow types vs. the dataset's); anything else is left for the core to reject."""
+    columns, fields, changed = [], [], False
+    for field, column in zip(batch.schema, batch.columns, strict=True):
+        index = target.get_field_index(field.name)
+        wanted = target.field(index).type if index >= 0 else field.type
+        if wanted != field.type and _same_kind(field.type, wanted):
+            try:
+                column = _as_fixed_size_list(column, wanted, field.name) if pa.types.is_fixed_size_list(wanted) \
+                    else column.cast(wanted)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise SchemaMismatchError(
+                    f"column {field.name!r}: cannot store {field.type} as {wanted}: {exc}"
+                ) from exc
+            field, changed = field.with_type(wanted), True
+        columns.append(column)
+        fields.append(field)
+    return pa.RecordBatch.from_arrays(columns, schema=pa.schema(fields, batch.schema.metadata)) if changed else batch
