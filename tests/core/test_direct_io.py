@@ -673,3 +673,16 @@ def test_open_output_error_from_the_writer_leaves_no_file(direct_dir: pathlib.Pa
         handle.write(bytes(BUFFER_BYTES))  # the next buffer switch raises
     assert caught.value.errno == errno.EBADF
     assert os.listdir(direct_dir / "data") == []
+
+
+def test_buffers_are_reused_by_the_next_file(tmp_path: pathlib.Path) -> None:
+    """A closed writer's buffers serve the next one (no fresh mapping, no page faults per file)."""
+    first = DirectFileWriter(_open_new(tmp_path / "a.bin"), buffer_bytes=SMALL)
+    first.write(b"a" * (SMALL + 1))
+    maps = {id(buffer) for buffer in first._maps}  # private attribute: the writer's mappings
+    first.close()
+    second = DirectFileWriter(_open_new(tmp_path / "b.bin"), buffer_bytes=SMALL)
+    assert {id(buffer) for buffer in second._maps} == maps
+    second.write(b"b" * 10)
+    second.close()
+    assert (tmp_path / "a.bin").read_bytes() == b"a" * (SMALL + 1) and (tmp_path / "b.bin").read_bytes() == b"b" * 10

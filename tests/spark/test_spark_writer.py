@@ -144,3 +144,15 @@ def test_the_collector_is_off_during_a_write_and_the_heap_frozen_once() -> None:
         assert not gc.isenabled()  # a caller's choice is kept
     finally:
         gc.enable()
+
+
+def test_appends_keep_the_datasets_vector_types() -> None:
+    from airflow_lance.spark.writer import _check_against_dataset
+
+    vectors = pa.schema([("v", pa.list_(pa.float32(), 4)), ("w", pa.list_(pa.float32()))])
+    _check_against_dataset({"v": 4}, vectors)
+    _check_against_dataset({"new": 4}, vectors)  # not in the dataset: the core refuses the schema later
+    with pytest.raises(lance.SchemaMismatchError, match="cannot be appended as a 8-item"):
+        _check_against_dataset({"v": 8}, vectors)
+    with pytest.raises(lance.SchemaMismatchError, match="column 'w' is list<item: float>"):
+        _check_against_dataset({"w": 4}, vectors)
