@@ -33,6 +33,7 @@ from airflow_lance.spark.spec import WriteJobResult, WriteMode, size_map
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
 
 #: Spark column metadata naming a column's fixed list size (lance-spark's convention).
 FIXED_SIZE_LIST_KEY = "arrow.fixed-size-list.size"
@@ -123,14 +124,14 @@ def write_partition(
         )
 
 
-def fixed_size_lists_of(df: DataFrame, explicit: Mapping[str, int] | None = None) -> dict[str, int]:
-    """Fixed list sizes of ``df``'s array columns: those marked with :data:`FIXED_SIZE_LIST_KEY`
-    in their Spark metadata, then ``explicit`` ({column: size}, which wins). Raises
-    :class:`SchemaMismatchError` for a column that is missing or not a top-level array, and
-    ``JobSpecError`` for a size that is not a positive integer."""
+def fixed_size_lists_of(schema: StructType, explicit: Mapping[str, int] | None = None) -> dict[str, int]:
+    """Fixed list sizes of the array columns of a Spark ``schema``: those marked with
+    :data:`FIXED_SIZE_LIST_KEY` in their metadata, then ``explicit`` ({column: size}, which
+    wins). Raises :class:`SchemaMismatchError` for a column that is missing or not a top-level
+    array, and ``JobSpecError`` for a size that is not a positive integer."""
     from pyspark.sql.types import ArrayType
 
-    fields = {field.name: field for field in df.schema.fields}
+    fields = {field.name: field for field in schema.fields}
     marked = {name: field.metadata[FIXED_SIZE_LIST_KEY] for name, field in fields.items()
               if FIXED_SIZE_LIST_KEY in (field.metadata or {})}
     sizes = size_map("fixed_size_lists", {**marked, **(explicit or {})})
@@ -189,7 +190,7 @@ def write_dataframe(
     from pyspark.sql import functions as F
 
     start = time.monotonic()
-    sizes = fixed_size_lists_of(df, fixed_size_lists)
+    sizes = fixed_size_lists_of(df.schema, fixed_size_lists)
     if target_schema is not None:
         _check_against_dataset(sizes, target_schema)
     observation = Observation("airflow_lance_write")

@@ -156,3 +156,25 @@ def test_appends_keep_the_datasets_vector_types() -> None:
         _check_against_dataset({"v": 8}, vectors)
     with pytest.raises(lance.SchemaMismatchError, match="column 'w' is list<item: float>"):
         _check_against_dataset({"w": 4}, vectors)
+
+
+def test_vector_columns_come_from_spark_metadata_and_the_explicit_sizes() -> None:
+    from pyspark.sql.types import ArrayType, FloatType, LongType, StructField, StructType
+
+    from airflow_lance.spark.spec import JobSpecError
+    from airflow_lance.spark.writer import FIXED_SIZE_LIST_KEY, fixed_size_lists_of
+
+    schema = StructType([
+        StructField("id", LongType()),
+        StructField("marked", ArrayType(FloatType()), metadata={FIXED_SIZE_LIST_KEY: 4}),
+        StructField("plain", ArrayType(FloatType())),
+    ])
+    assert fixed_size_lists_of(schema) == {"marked": 4}
+    assert fixed_size_lists_of(schema, {"plain": "3", "marked": 8}) == {"marked": 8, "plain": 3}  # explicit wins
+    with pytest.raises(lance.SchemaMismatchError, match="'missing' is not a column of the source"):
+        fixed_size_lists_of(schema, {"missing": 2})
+    with pytest.raises(lance.SchemaMismatchError, match="'id' is bigint, not an array"):
+        fixed_size_lists_of(schema, {"id": 2})
+    bad = StructType([StructField("v", ArrayType(FloatType()), metadata={FIXED_SIZE_LIST_KEY: "many"})])
+    with pytest.raises(JobSpecError, match="positive integer"):
+        fixed_size_lists_of(bad)
