@@ -686,3 +686,29 @@ def test_buffers_are_reused_by_the_next_file(tmp_path: pathlib.Path) -> None:
     second.write(b"b" * 10)
     second.close()
     assert (tmp_path / "a.bin").read_bytes() == b"a" * (SMALL + 1) and (tmp_path / "b.bin").read_bytes() == b"b" * 10
+
+
+def test_without_fcntl_every_file_is_written_buffered(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where fcntl does not exist (Windows) the module still imports, and writes without O_DIRECT."""
+    import builtins
+    import importlib.util
+
+    real_import = builtins.__import__
+
+    def no_fcntl(name: str, *args: object, **kwargs: object) -> object:
+        if name == "fcntl":
+            raise ImportError("no fcntl here")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_fcntl)
+    spec = importlib.util.find_spec("airflow_lance.core.storage.direct")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)  # a private copy: the imported module is untouched
+    spec.loader.exec_module(module)
+    monkeypatch.undo()
+    assert module.fcntl is None and not module.use_direct_io("true", str(tmp_path))
+    path = tmp_path / "plain.bin"
+    data = _payload(3 * SMALL + 5, seed=4)
+    with module.DirectFileWriter(_open_new(path), buffer_bytes=SMALL) as writer:
+        writer.write(data)
+    assert path.read_bytes() == data

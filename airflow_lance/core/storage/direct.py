@@ -17,7 +17,6 @@ get buffered writes, so callers never need to know.
 from __future__ import annotations
 
 import errno
-import fcntl
 import mmap
 import os
 import threading
@@ -31,7 +30,11 @@ BUFFER_BYTES = 8 * 1024 * 1024
 #: done before its writes would reach the disk anyway, a long stream saves the page-cache copy.
 DIRECT_AFTER_BYTES = 32 * 1024 * 1024
 
-_O_DIRECT = getattr(os, "O_DIRECT", 0)
+try:
+    import fcntl
+except ImportError:  # Windows: no O_DIRECT either, every file is written buffered
+    fcntl = None  # type: ignore[assignment]
+_O_DIRECT = getattr(os, "O_DIRECT", 0) if fcntl is not None else 0
 #: File systems on which ``direct_io="auto"`` uses direct I/O (local block devices, well-tested O_DIRECT).
 DIRECT_FILE_SYSTEMS = frozenset({"ext4", "xfs", "btrfs"})
 MODES = ("auto", "true", "false")
