@@ -29,7 +29,7 @@ from airflow_lance.core import (
 )
 from airflow_lance.spark.spec import JobSpecError
 from airflow_lance.spark.task_spec import TaskJobResult, TaskJobSpec
-from airflow_lance.spark.writer import gc_paused
+from airflow_lance.spark.worker import bulk_write
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 def execute_compaction_task(task: Mapping[str, Any], *, uri: str, storage_options: Mapping[str, str]) -> dict:
     """Executor side of ``compaction``: rewrite one bin of fragments; the ``RewriteResult`` JSON."""
-    with gc_paused():
+    with bulk_write():
         return CompactionTask.from_json(task).execute(uri, storage_options).to_json()
 
 
@@ -45,7 +45,7 @@ def write_partition_group(labels: Iterator[Sequence[str]], *, plan: KartothekImp
     """Executor side of ``kartothek_import``: write the partitions of one Spark partition's
     label groups; one ``PartitionsWritten`` JSON per group."""
     for group in labels:
-        with gc_paused():
+        with bulk_write():
             written = write_kartothek_partitions(plan, list(group)).to_json()
         yield written
 

@@ -16,9 +16,7 @@ lists; a row of another length fails the write.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import gc
 import itertools
 import json
 import time
@@ -30,6 +28,7 @@ import pyarrow as pa
 from airflow_lance.core import FragmentMetadata, LanceError, SchemaMismatchError, write_fragments
 from airflow_lance.spark.conform import harmonize, with_fixed_size_lists
 from airflow_lance.spark.spec import WriteJobResult, WriteMode, size_map
+from airflow_lance.spark.worker import bulk_write
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -44,34 +43,6 @@ RESULT_SCHEMA = pa.schema([("fragment", pa.string()), ("schema", pa.binary())])
 
 class RowCountMismatchError(LanceError):
     """The written fragments do not hold the rows Spark counted; nothing may be committed."""
-
-
-_heap_frozen = False
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Keep Python's cyclic garbage collector out of a bulk write in a Spark worker.
-
-    A write allocates many short-lived arrays but creates no reference cycles, while every
-    collection walks the worker's whole heap: pyarrow, protobuf and PySpark's modules, and
-    PySpark's daemon runs a full collection after every task of a reused worker. So the
-    collector is off during the write (reference counting still frees memory), and the
-    first write of a worker process moves what is alive then (mostly modules) out of the
-    collector's sight with ``gc.freeze()``, after one last full collection.
-    """
-    global _heap_frozen
-    if not _heap_frozen:
-        gc.collect()
-        gc.freeze()
-        _heap_frozen = True
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def write_partition(
@@ -105,7 +76,7 @@ def write_partition(
         first_schema = target_schema
     else:
         first_schema = first.schema
-    with gc_paused():
+    with bulk_write():
         fragments = write_fragments(
             stream,
             uri,

@@ -288,7 +288,7 @@ def test_local_store_picks_the_writer(direct_dir: pathlib.Path, mode: str, expec
         assert isinstance(handle, DirectFileWriter) is expect_direct
         handle.write(data[:DIRECT_AFTER_BYTES])
         if expect_direct:
-            # private attribute: the descriptor the writer owns (buffered for the first 32 MiB)
+            # private attribute: the descriptor the writer owns (buffered until a buffer is full)
             assert not _direct_flag(handle._fd)
         handle.write(data[DIRECT_AFTER_BYTES:])
         if expect_direct:
@@ -613,7 +613,6 @@ def test_end_to_end_direct_write_matches_pylance_and_buffered_bytes(
     pylance = pytest.importorskip("lance")
     monkeypatch.setattr(_RecordingWriter, "switches", [])
     monkeypatch.setattr(local_module, "DirectFileWriter", _RecordingWriter)
-    monkeypatch.setattr(local_module, "DIRECT_AFTER_BYTES", 0)  # direct from the first full buffer
     direct_uri, plain_uri = str(direct_dir / "direct.lance"), str(direct_dir / "plain.lance")
 
     ds = lance.write_dataset(big_table, direct_uri, storage_options={"direct_io": "true"},

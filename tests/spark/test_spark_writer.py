@@ -4,7 +4,6 @@ garbage collector kept out of the write."""
 
 from __future__ import annotations
 
-import gc
 import json
 import pathlib
 
@@ -19,7 +18,6 @@ from airflow_lance.spark.writer import (
     RESULT_SCHEMA,
     RowCountMismatchError,
     check_row_count,
-    gc_paused,
     write_partition,
 )
 
@@ -127,23 +125,6 @@ def test_a_partition_with_fixed_size_lists_reads_back_as_vectors(tmp_path: pathl
     assert table.schema.field("v").type == pa.list_(pa.field("element", pa.float32()), 8)
     assert table.column("v").to_pylist() == pa.Table.from_batches(batches).column("v").to_pylist()
     assert ds.count_rows() == 120
-
-
-def test_the_collector_is_off_during_a_write_and_the_heap_frozen_once() -> None:
-    assert gc.isenabled()
-    with gc_paused():
-        assert not gc.isenabled()
-        frozen = gc.get_freeze_count()
-    assert gc.isenabled() and frozen > 0
-    with gc_paused():  # later writes do not collect or freeze again
-        assert gc.get_freeze_count() == frozen
-    gc.disable()
-    try:
-        with gc_paused():
-            pass
-        assert not gc.isenabled()  # a caller's choice is kept
-    finally:
-        gc.enable()
 
 
 def test_appends_keep_the_datasets_vector_types() -> None:

@@ -7,9 +7,8 @@ touch costs several times the copy itself. :class:`DirectFileWriter` gathers the
 in a page-aligned buffer and hands each full buffer to the kernel with ``O_DIRECT``, the
 device reading straight from it, while the next buffer fills on the calling thread.
 
-The first ``direct_after`` bytes (:data:`DIRECT_AFTER_BYTES` for local data files) and a
-file shorter than one buffer are written with plain buffered writes: short files gain
-nothing from direct I/O. The tail of a long file is written padded to the alignment and
+A file shorter than one buffer, and the first ``direct_after`` bytes of any file, are
+written with plain buffered writes: short files gain nothing from direct I/O. The tail of a long file is written padded to the alignment and
 the file is truncated to its true length. File systems that refuse ``O_DIRECT`` (``EINVAL``)
 get buffered writes, so callers never need to know.
 """
@@ -26,9 +25,11 @@ from typing import Any, Self
 ALIGNMENT = 4096
 #: Bytes gathered before one direct write (a multiple of :data:`ALIGNMENT`).
 BUFFER_BYTES = 8 * 1024 * 1024
-#: Bytes a local data file is written buffered before it switches to direct I/O: a short file is
-#: done before its writes would reach the disk anyway, a long stream saves the page-cache copy.
-DIRECT_AFTER_BYTES = 32 * 1024 * 1024
+#: Bytes a local data file is written buffered before it switches to direct I/O. None: a file
+#: that fills a whole buffer is a bulk stream, and on a VM whose fresh page-cache pages are
+#: expensive, buffering its first 32 MiB cost a Spark write job as much CPU as all its
+#: direct writes together (measured; a file shorter than one buffer stays buffered anyway).
+DIRECT_AFTER_BYTES = 0
 
 try:
     import fcntl

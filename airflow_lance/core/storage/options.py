@@ -14,7 +14,7 @@ Our own keys (pylance ignores them):
   other's versions (a warning is logged).
 * ``direct_io="auto" | "true" | "false"``: how local data files are written
   (see ``storage.direct``): ``auto`` (default) uses direct I/O on ext4, xfs
-  and btrfs beyond a file's first 32 MiB.
+  and btrfs for files longer than 8 MiB.
 
 Lance keys handled beyond object_store's: ``dynamodb_endpoint`` (for
 ``s3+ddb://``), ``google_storage_token``, ``client_max_retries``.
