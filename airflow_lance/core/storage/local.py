@@ -36,9 +36,9 @@ class LocalStore(ObjectStore):
     existing manifest is never overwritten. File systems without hard links
     fall back to ``O_CREAT | O_EXCL`` (atomic creation, non-atomic content).
 
-    Files longer than one buffer (8 MiB, :data:`~airflow_lance.core.storage.direct.BUFFER_BYTES`:
-    data files) are written with direct I/O when ``direct_io`` allows it (storage option ``direct_io``: ``auto``, the
-    default, on ext4/xfs/btrfs; ``true``; ``false``).
+    Files longer than one buffer (8 MiB, ``storage.direct.BUFFER_BYTES``: data files) are
+    written with direct I/O when ``direct_io`` allows it (storage option ``direct_io``:
+    ``auto``, the default, on ext4/xfs/btrfs; ``true``; ``false``).
     """
 
     writes_version_hint = True
