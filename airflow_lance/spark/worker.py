@@ -8,8 +8,8 @@ interactive programs then cost more than the encoding itself:
   collection walks the worker's whole heap (pyarrow, protobuf and PySpark's modules), and
   PySpark's daemon runs a full collection after every task of a reused worker.
 * **glibc's malloc giving memory back to the kernel.** Arrays above glibc's adaptive
-  ``mmap`` threshold (a few MiB) get fresh pages from the kernel and return them on
-  ``free``; freed memory at the top of the heap is trimmed the same way. Each fresh page
+  ``mmap`` threshold (128 KiB, rising to at most 32 MiB) get fresh pages from the kernel
+  and return them on ``free``; freed memory at the top of the heap is trimmed the same way. Each fresh page
   is a page fault plus zeroing, which on virtual machines that report free pages to the
   host costs several times the copy that fills it: measured in a Spark job, about a third
   of the Python workers' CPU went to page faults for memory the worker had just freed.
