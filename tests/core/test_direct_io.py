@@ -281,18 +281,23 @@ def test_direct_false_never_sets_o_direct(direct_dir: pathlib.Path) -> None:
 
 @pytest.mark.parametrize("mode, expect_direct", [("true", True), ("auto", True), ("false", False)])
 def test_local_store_picks_the_writer(direct_dir: pathlib.Path, mode: str, expect_direct: bool) -> None:
-    """LocalStore.open_output hands out a DirectFileWriter exactly when direct I/O applies."""
+    """LocalStore.open_output hands out a DirectFileWriter exactly when direct I/O applies; a data
+    file goes direct from its first byte once it fills a buffer (DIRECT_AFTER_BYTES is 0)."""
+    assert DIRECT_AFTER_BYTES == 0
     store = LocalStore(str(direct_dir), str(direct_dir), direct_io=mode)
-    data = _payload(DIRECT_AFTER_BYTES + BUFFER_BYTES + 4097, seed=9)
+    data = _payload(BUFFER_BYTES + 4097, seed=9)
     with store.open_output("data/x.lance") as handle:
         assert isinstance(handle, DirectFileWriter) is expect_direct
-        handle.write(data[:DIRECT_AFTER_BYTES])
+        handle.write(data[:BUFFER_BYTES - 1])
         if expect_direct:
             # private attribute: the descriptor the writer owns (buffered until a buffer is full)
             assert not _direct_flag(handle._fd)
-        handle.write(data[DIRECT_AFTER_BYTES:])
+            assert os.path.getsize(handle_path := _temp_file(direct_dir)) == 0  # nothing written yet
+        handle.write(data[BUFFER_BYTES - 1:])
         if expect_direct:
-            assert _direct_flag(handle._fd)  # O_DIRECT from the first full buffer after them
+            assert _direct_flag(handle._fd)  # the first full buffer went with O_DIRECT
+            handle._wait()  # private: the background write of that buffer
+            assert os.path.getsize(handle_path) == BUFFER_BYTES
     assert (direct_dir / "data" / "x.lance").read_bytes() == data
     assert os.listdir(direct_dir / "data") == ["x.lance"]
 
@@ -595,6 +600,12 @@ class _RecordingWriter(DirectFileWriter):
         super()._submit()
         # private attribute: the descriptor the writer owns
         type(self).switches.append(_direct_flag(self._fd))
+
+
+def _temp_file(directory: pathlib.Path) -> pathlib.Path:
+    """The one temporary file LocalStore.open_output is writing under ``directory/data``."""
+    [temp] = [p for p in (directory / "data").iterdir() if p.name.startswith(".tmp-")]
+    return temp
 
 
 def _data_file(uri: str) -> pathlib.Path:
