@@ -9,10 +9,11 @@ interactive programs then cost more than the encoding itself:
   PySpark's daemon runs a full collection after every task of a reused worker.
 * **glibc's malloc giving memory back to the kernel.** Arrays above glibc's adaptive
   ``mmap`` threshold (128 KiB, rising to at most 32 MiB) get fresh pages from the kernel
-  and return them on ``free``; freed memory at the top of the heap is trimmed the same way. Each fresh page
-  is a page fault plus zeroing, which on virtual machines that report free pages to the
-  host costs several times the copy that fills it: measured in a Spark job, about a third
-  of the Python workers' CPU went to page faults for memory the worker had just freed.
+  and return them on ``free``; freed memory at the top of the heap is trimmed the same
+  way. Each fresh page is a page fault plus zeroing, which on virtual machines that report
+  free pages to the host costs several times the copy that fills it: measured in a Spark
+  job, about a third of the Python workers' CPU went to page faults for memory the worker
+  had just freed.
 
 :func:`bulk_write` handles both. The first bulk write of a worker process collects once and
 moves what is alive then (mostly modules) out of the collector's sight with
@@ -51,10 +52,10 @@ def retain_freed_memory() -> bool:
     Sets ``M_MMAP_THRESHOLD`` to :data:`MMAP_THRESHOLD_BYTES` and ``M_TRIM_THRESHOLD``
     to :data:`TRIM_THRESHOLD_BYTES`: the process then holds on to about its peak heap,
     as a JVM executor holds its heap, instead of faulting the same memory in again for
-    every batch. Nothing changes (and ``False`` is returned) where the C library is not
-    glibc, or when the process environment already chooses these settings
-    (``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_`` or malloc ``GLIBC_TUNABLES``,
-    e.g. through ``spark.executorEnv.*``).
+    every batch. Returns whether both settings took. Nothing changes (and ``False`` is
+    returned) where the C library is not glibc, or when the process environment already
+    chooses these settings (``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_`` or malloc
+    ``GLIBC_TUNABLES``, e.g. through ``spark.executorEnv.*``).
     """
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return False
