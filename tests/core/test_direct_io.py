@@ -28,6 +28,8 @@ import pytest
 
 import airflow_lance.core as lance
 from airflow_lance.core import InvalidInputError
+from airflow_lance.core.file.reader import LanceFileReader
+from airflow_lance.core.file.writer import LARGE_BUFFER_BYTES
 from airflow_lance.core.storage import direct
 from airflow_lance.core.storage import local as local_module
 from airflow_lance.core.storage.direct import (
@@ -35,6 +37,7 @@ from airflow_lance.core.storage.direct import (
     BUFFER_BYTES,
     DIRECT_AFTER_BYTES,
     DIRECT_FILE_SYSTEMS,
+    RETAINED_MIN_BYTES,
     DirectFileWriter,
     file_system_type,
     use_direct_io,
@@ -94,6 +97,31 @@ def _mount_type(path: str) -> str:
         pytest.skip("findmnt not available")
     out = subprocess.run(["findmnt", "-n", "-o", "FSTYPE", "-T", path], capture_output=True, text=True, check=True)
     return out.stdout.split()[-1]  # stacked mounts: findmnt lists the visible (last) one last
+
+
+class _RecordingWriter(DirectFileWriter):
+    """A DirectFileWriter that records, per background write, whether O_DIRECT was on and
+    whether it read the caller's memory in place (no copy into the writer's buffer)."""
+
+    switches: ClassVar[list[bool]] = []
+    in_place: ClassVar[list[int]] = []
+
+    def _start_background(self, pieces: list[memoryview], size: int) -> None:
+        last = pieces[-1].obj
+        if all(last is not buffer for buffer in self._maps):  # private attribute: the writer's buffers
+            type(self).in_place.append(len(pieces[-1]))
+        super()._start_background(pieces, size)
+        # private attribute: the descriptor the writer owns
+        type(self).switches.append(_direct_flag(self._fd))
+
+
+def _aligned(data: bytes, shift: int = 0) -> np.ndarray:
+    """``data`` copied into a uint8 array whose first byte lies ``shift`` bytes past a 4 KiB boundary."""
+    raw = np.empty(len(data) + 2 * ALIGNMENT, dtype=np.uint8)
+    start = -int(raw.ctypes.data) % ALIGNMENT + shift
+    out = raw[start: start + len(data)]
+    out[:] = np.frombuffer(data, dtype=np.uint8)
+    return out
 
 
 @pytest.fixture
@@ -327,6 +355,74 @@ def test_direct_writer_on_tmpfs_is_correct_either_way() -> None:
         assert path.stat().st_size == len(data) and path.read_bytes() == data
     finally:
         path.unlink(missing_ok=True)
+
+
+# ------------------------------------------------------------------------------ 2b. writes from the caller's memory
+
+
+@pytest.mark.parametrize("direct_on", [True, False], ids=["direct", "buffered"])
+@pytest.mark.parametrize("head", [0, 100, ALIGNMENT, SMALL + ALIGNMENT], ids=lambda n: f"head{n}")
+@pytest.mark.parametrize("shift", [0, 64], ids=["aligned-memory", "unaligned-memory"])
+@pytest.mark.parametrize("size", [RETAINED_MIN_BYTES - ALIGNMENT, RETAINED_MIN_BYTES, RETAINED_MIN_BYTES + 4097,
+                                  3 * RETAINED_MIN_BYTES + 17], ids=lambda n: f"size{n}")
+def test_write_retained_content(tmp_path: pathlib.Path, direct_on: bool, head: int, shift: int, size: int) -> None:
+    """write_retained stores exactly its bytes, in order with write(), whatever the file offset,
+    the memory alignment and the length (in place or copied)."""
+    parts = [_payload(head, seed=1), _payload(size, seed=2), _payload(SMALL + 5, seed=3), b"short"]
+    path = tmp_path / "f.bin"
+    with DirectFileWriter(_open_new(path), buffer_bytes=SMALL, direct=direct_on) as writer:
+        assert writer.alignment == (ALIGNMENT if direct_on and O_DIRECT else 1)
+        writer.write(parts[0])
+        assert writer.write_retained(_aligned(parts[1], shift)) == size
+        assert writer.tell() == head + size
+        writer.write(parts[2])
+        assert writer.write_retained(parts[3]) == 5
+        assert writer.tell() == sum(map(len, parts))
+    assert path.read_bytes() == b"".join(parts)
+
+
+def test_write_retained_writes_aligned_runs_in_place(direct_dir: pathlib.Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long run at an aligned offset and address goes to the kernel from the caller's memory with
+    O_DIRECT (only its unaligned tail is copied); misaligned or short runs are copied."""
+    monkeypatch.setattr(_RecordingWriter, "switches", [])
+    monkeypatch.setattr(_RecordingWriter, "in_place", [])
+    path = direct_dir / "f.bin"
+    fd = _open_new(path)
+    parts = [_payload(ALIGNMENT, seed=1), _payload(RETAINED_MIN_BYTES + 10, seed=2),
+             _payload(ALIGNMENT - 10, seed=3), _payload(RETAINED_MIN_BYTES, seed=4),
+             _payload(RETAINED_MIN_BYTES - ALIGNMENT, seed=5), _payload(2 * RETAINED_MIN_BYTES, seed=6)]
+    with _RecordingWriter(fd, buffer_bytes=SMALL) as writer:
+        writer.write(parts[0])  # buffered: the file offset stays aligned
+        writer.write_retained(_aligned(parts[1]))
+        assert _RecordingWriter.in_place == [RETAINED_MIN_BYTES] and _direct_flag(fd)
+        assert writer._fill == 10  # private attribute: only the tail was copied into the buffer
+        writer.write(parts[2])  # back to an aligned offset
+        writer.write_retained(_aligned(parts[3], shift=64))  # misaligned memory: copied
+        writer.write_retained(_aligned(parts[4]))  # too short: copied
+        assert _RecordingWriter.in_place == [RETAINED_MIN_BYTES]
+        writer.write_retained(_aligned(parts[5]))
+        assert _RecordingWriter.in_place == [RETAINED_MIN_BYTES, 2 * RETAINED_MIN_BYTES]
+    assert all(_RecordingWriter.switches)
+    assert path.read_bytes() == b"".join(parts)
+
+
+def test_write_retained_error_surfaces_at_close(direct_dir: pathlib.Path) -> None:
+    """A failed in-place background write is raised by close, which still closes the descriptor."""
+    fd = _open_new(direct_dir / "f.bin")
+    writer = DirectFileWriter(fd, buffer_bytes=SMALL)
+    writer.write(bytes(SMALL))  # a full buffer: O_DIRECT is on
+    writer._wait()  # private: that buffer is written before the descriptor goes bad
+    read_only = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(read_only, fd)  # writes to fd now fail with EBADF
+    os.close(read_only)
+    writer.write_retained(_aligned(_payload(RETAINED_MIN_BYTES, seed=1)))
+    with pytest.raises(OSError) as caught:
+        writer.close()
+    assert caught.value.errno == errno.EBADF
+    assert _is_closed(fd)
+    with pytest.raises(ValueError, match="closed file"):
+        writer.write_retained(b"more")
 
 
 # ------------------------------------------------------------------------------ 3. abort / close
@@ -591,17 +687,6 @@ def big_table() -> pa.Table:
     return _big_table(200_000)
 
 
-class _RecordingWriter(DirectFileWriter):
-    """A DirectFileWriter that records whether O_DIRECT was on after each buffer switch."""
-
-    switches: ClassVar[list[bool]] = []
-
-    def _submit(self) -> None:
-        super()._submit()
-        # private attribute: the descriptor the writer owns
-        type(self).switches.append(_direct_flag(self._fd))
-
-
 def _temp_file(directory: pathlib.Path) -> pathlib.Path:
     """The one temporary file LocalStore.open_output is writing under ``directory/data``."""
     [temp] = [p for p in (directory / "data").iterdir() if p.name.startswith(".tmp-")]
@@ -623,6 +708,7 @@ def test_end_to_end_direct_write_matches_pylance_and_buffered_bytes(
     """A > 8 MiB data file written with direct I/O reads back in pylance and equals a buffered write."""
     pylance = pytest.importorskip("lance")
     monkeypatch.setattr(_RecordingWriter, "switches", [])
+    monkeypatch.setattr(_RecordingWriter, "in_place", [])
     monkeypatch.setattr(local_module, "DirectFileWriter", _RecordingWriter)
     direct_uri, plain_uri = str(direct_dir / "direct.lance"), str(direct_dir / "plain.lance")
 
@@ -636,7 +722,10 @@ def test_end_to_end_direct_write_matches_pylance_and_buffered_bytes(
     direct_file, plain_file = _data_file(direct_uri), _data_file(plain_uri)
     size = direct_file.stat().st_size
     assert size > BUFFER_BYTES and size % ALIGNMENT  # a padded, truncated tail was involved
-    assert switches == size // BUFFER_BYTES
+    in_place = sum(_RecordingWriter.in_place)
+    if version == "2.2":  # mini-block pages are gathered into page-aligned memory: written in place
+        assert in_place > BUFFER_BYTES
+    assert switches >= (size - in_place) // BUFFER_BYTES
     [fragment] = lance.dataset(direct_uri).get_fragments()
     [data_file] = fragment.metadata.files
     assert data_file.file_size_bytes == size
@@ -646,7 +735,23 @@ def test_end_to_end_direct_write_matches_pylance_and_buffered_bytes(
     oracle = pylance.dataset(direct_uri)
     assert oracle.data_storage_version == version
     assert oracle.to_table().equals(big_table)
-    assert direct_file.read_bytes() == plain_file.read_bytes()
+    assert pylance.dataset(plain_uri).to_table().equals(big_table)
+    # the same pages; large page buffers start at 4 KiB in the direct file, at 64 bytes in the other
+    direct_pages, plain_pages = _page_buffers(direct_file), _page_buffers(plain_file)
+    assert [sizes for _, sizes in direct_pages] == [sizes for _, sizes in plain_pages]
+    large = [(offset, size) for offsets, sizes in direct_pages for offset, size in zip(offsets, sizes)
+             if size >= LARGE_BUFFER_BYTES]
+    assert large and all(offset % ALIGNMENT == 0 for offset, _ in large)
+    assert any(offset % ALIGNMENT for offsets, sizes in plain_pages for offset, size in zip(offsets, sizes)
+               if size >= LARGE_BUFFER_BYTES)
+
+
+def _page_buffers(path: pathlib.Path) -> list[tuple[list[int], list[int]]]:
+    """(buffer offsets, buffer sizes) of every page of a data file, column by column."""
+    with pa.OSFile(str(path)) as source:
+        reader = LanceFileReader(source, path=str(path))
+        return [(list(page.buffer_offsets), list(page.buffer_sizes))
+                for column in range(reader.num_columns) for page in reader.column_metadata(column).pages]
 
 
 # ------------------------------------------------------------------------------ 8. open_output cleanup

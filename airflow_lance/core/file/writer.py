@@ -20,7 +20,8 @@ value larger than the limit gets a page of its own.
 2.1/2.2 files (``version="2.1"``/``"2.2"``) have one column per *leaf* field
 (struct and list structure goes into rep/def levels, see ``v21.write``);
 every leaf column buffers the Arrow slices of its rows and encodes a page
-when about ``max_page_bytes`` are pending. Struct nulls are written there.
+when about ``max_page_bytes`` of leaf values (their Arrow size, as pylance
+counts) are pending. Struct nulls are written there.
 
 Batches are aligned to the schema first (:meth:`LanceSchema.align`): columns
 are selected by name, struct children may come in any order, and types that
@@ -40,10 +41,8 @@ import pyarrow as pa
 from airflow_lance.core._proto import file2_pb2, file_pb2
 from airflow_lance.core.errors import InvalidInputError, UnsupportedFeatureError
 from airflow_lance.core.file import encode
-from airflow_lance.core.file.v21 import write as encode21
-from airflow_lance.core.file.v21.pages import PAGE_LAYOUT_URL
-from airflow_lance.core.file.v21.structure import ITEM, LIST, NodeData
 from airflow_lance.core.file.format import (
+    ALIGNMENT,
     ARRAY_ENCODING_URL,
     COLUMN_ENCODING,
     PADDING_BYTE,
@@ -53,9 +52,15 @@ from airflow_lance.core.file.format import (
     align_padding,
     wrap_any,
 )
+from airflow_lance.core.file.v21 import write as encode21
+from airflow_lance.core.file.v21.pages import PAGE_LAYOUT_URL
+from airflow_lance.core.file.v21.structure import ITEM, LIST, NodeData
 from airflow_lance.core.schema import LanceSchema
 
 DEFAULT_MAX_PAGE_BYTES = 8 * 1024 * 1024
+#: Page buffers at least this long start at the sink's ``alignment`` (4 KiB for a direct-I/O
+#: file) rather than at 64 bytes, so that the sink can write them without a copy.
+LARGE_BUFFER_BYTES = 1024 * 1024
 #: ``version=`` values -> footer version written.
 FILE_VERSIONS = {"2.0": WRITE_VERSION, "2.1": (2, 1), "2.2": (2, 2)}
 #: DataFile (major, minor) per ``version=``.
@@ -128,7 +133,7 @@ class _LeafColumn:
         limit = self._writer.max_page_bytes
         while len(array):
             nodes, leaf = _extract(array, self.path)
-            size = leaf.nbytes + 4 * len(leaf) + 8
+            size = leaf.nbytes + 8
             if self.pending_bytes + size <= limit or len(array) == 1:
                 self.pending.append((nodes, leaf))
                 self.pending_rows += len(array)
@@ -350,14 +355,26 @@ class LanceFileWriter:
         self._position += len(data)
 
     def _write_buffer(self, segments: list[bytes | pa.Buffer]) -> tuple[int, int]:
-        """Write one 64-byte aligned buffer; returns (position, size)."""
+        """Write one 64-byte aligned buffer; returns (position, size).
+
+        A buffer of at least :data:`LARGE_BUFFER_BYTES` starts at the sink's ``alignment`` if it
+        has a larger one, and its segments go to the sink's ``write_retained`` if it has one (a
+        direct-I/O file then writes them from their own memory). Segments are never modified
+        once written: encoders hand over fresh arrays or immutable Arrow buffers.
+        """
+        size = sum(len(segment) for segment in segments)
+        large = size >= LARGE_BUFFER_BYTES
         padding = align_padding(self._position)
+        if large:
+            padding = -self._position % max(getattr(self._sink, "alignment", 1), ALIGNMENT)
         if padding:
             self._write(PADDING_BYTE * padding)
         start = self._position
+        write = getattr(self._sink, "write_retained", self._sink.write) if large else self._sink.write
         for segment in segments:
-            self._write(segment)
-        return start, self._position - start
+            write(segment)
+            self._position += len(segment)
+        return start, size
 
     def _write_page(self, page, url: str = ARRAY_ENCODING_URL) -> file2_pb2.ColumnMetadata.Page:
         positions = [self._write_buffer(segments) for segments in page.buffers]

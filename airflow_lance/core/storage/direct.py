@@ -9,8 +9,14 @@ device reading straight from it, while the next buffer fills on the calling thre
 
 A file shorter than one buffer, and the first ``direct_after`` bytes of any file, are
 written with plain buffered writes: short files gain nothing from direct I/O. The tail of
-a long file is written padded to the alignment and the file is truncated to its true length. File systems that refuse ``O_DIRECT`` (``EINVAL``)
-get buffered writes, so callers never need to know.
+a long file is written padded to the alignment and the file is truncated to its true
+length. File systems that refuse ``O_DIRECT`` (``EINVAL``) get buffered writes, so callers
+never need to know.
+
+A caller that lays its stream out for it (the Lance file writer, for large page buffers)
+skips even the copy into the buffer: :meth:`DirectFileWriter.write_retained` hands a long
+run that starts at an aligned file offset and an aligned address to the kernel straight
+from the caller's memory.
 """
 
 from __future__ import annotations
@@ -21,10 +27,15 @@ import os
 import threading
 from typing import Any, Self
 
+import numpy as np
+
 #: Alignment of direct transfers (memory, file offset, length): safe for 512 B and 4 KiB sector devices.
 ALIGNMENT = 4096
 #: Bytes gathered before one direct write (a multiple of :data:`ALIGNMENT`).
 BUFFER_BYTES = 8 * 1024 * 1024
+#: Shortest run :meth:`DirectFileWriter.write_retained` writes from the caller's memory
+#: (shorter ones are copied into the buffer: one more system call would cost more).
+RETAINED_MIN_BYTES = 1024 * 1024
 #: Bytes a local data file is written buffered before it switches to direct I/O: none. A file
 #: that fills a whole buffer is a bulk stream; on a VM whose fresh page-cache pages are
 #: expensive, buffering the first 32 MiB of each file doubled the kernel time of a Spark
@@ -131,6 +142,12 @@ class DirectFileWriter:
         self._error: BaseException | None = None
         self.closed = False
 
+    @property
+    def alignment(self) -> int:
+        """File offset and memory alignment at which :meth:`write_retained` skips its copy
+        (1 for a file that is not going to use direct I/O)."""
+        return ALIGNMENT if self._want_direct or self._direct else 1
+
     # ------------------------------------------------------------------ file protocol
 
     def writable(self) -> bool:
@@ -144,13 +161,7 @@ class DirectFileWriter:
 
     def write(self, data: Any) -> int:
         """Append ``data`` (bytes-like: a C-contiguous buffer or a 1-D byte view); returns its length in bytes."""
-        if self.closed:
-            raise ValueError("write to a closed file")
-        if self._error is not None:
-            raise self._error
-        view = memoryview(data)
-        if view.ndim != 1 or view.format != "B":
-            view = view.cast("B")
+        view = self._byte_view(data)
         total = len(view)
         done = 0
         while done < total:
@@ -162,6 +173,30 @@ class DirectFileWriter:
                 self._submit()
         self._size += total
         return total
+
+    def write_retained(self, data: Any) -> int:
+        """Append ``data`` that nobody modifies or frees before this file is closed; returns its length.
+
+        When direct I/O is on (or due), the file is at an :attr:`alignment` offset and ``data``
+        starts at an aligned address and is at least :data:`RETAINED_MIN_BYTES` long, what is
+        buffered and then the aligned part of ``data`` go to the background writer, which reads
+        ``data`` in place (holding a reference until written); only its unaligned tail is copied.
+        Otherwise the same as :meth:`write`.
+        """
+        view = self._byte_view(data)
+        run = len(view) - len(view) % ALIGNMENT
+        if (run < RETAINED_MIN_BYTES or self._size % ALIGNMENT or not (self._want_direct or self._direct)
+                or _address(view) % ALIGNMENT):
+            return self.write(view)
+        self._wait()
+        if not self._go_direct():
+            return self.write(view)
+        pieces = [self._views[self._current][: self._fill], view[:run]] if self._fill else [view[:run]]
+        self._start_background(pieces, self._fill + run)
+        self._size += run
+        if run < len(view):
+            self.write(view[run:])
+        return len(view)
 
     def close(self) -> None:
         """Write what is buffered, wait for the background write and close the descriptor."""
@@ -207,22 +242,41 @@ class DirectFileWriter:
 
     # ------------------------------------------------------------------ internals
 
+    def _byte_view(self, data: Any) -> memoryview:
+        """``data`` as a flat byte view, after checking that this file still takes writes."""
+        if self.closed:
+            raise ValueError("write to a closed file")
+        if self._error is not None:
+            raise self._error
+        view = memoryview(data)
+        return view if view.ndim == 1 and view.format == "B" else view.cast("B")
+
     def _submit(self) -> None:
         """Hand the full current buffer to the background writer and continue in the other one."""
         self._wait()
+        self._go_direct()
+        self._start_background([self._views[self._current]], self._capacity)
+
+    def _go_direct(self) -> bool:
+        """Switch the descriptor to ``O_DIRECT`` once ``direct_after`` bytes are submitted; whether it is on."""
         if self._want_direct and not self._direct and self._submitted >= self._direct_after:
             self._direct = _set_direct(self._fd, True)
             self._want_direct = self._direct
-        full = self._views[self._current]
-        self._submitted += self._capacity
-        self._pending = threading.Thread(target=self._background_write, args=(full,), daemon=True)
+        return self._direct
+
+    def _start_background(self, pieces: list[memoryview], size: int) -> None:
+        """Write ``pieces`` (the current buffer's filled part first, if it is one of them) in the
+        background, in order, and continue in the other buffer. The previous write must be done."""
+        self._submitted += size
+        self._pending = threading.Thread(target=self._background_write, args=(pieces,), daemon=True)
         self._pending.start()
         self._current ^= 1
         self._fill = 0
 
-    def _background_write(self, buffer: memoryview) -> None:
+    def _background_write(self, pieces: list[memoryview]) -> None:
         try:
-            self._write_all(buffer)
+            for piece in pieces:
+                self._write_all(piece)
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
             self._error = exc
 
@@ -258,6 +312,11 @@ class DirectFileWriter:
             except BufferError:
                 continue
             _POOL.give(buffer)
+
+
+def _address(view: memoryview) -> int:
+    """Memory address of a byte view's first byte."""
+    return int(np.frombuffer(view, dtype=np.uint8).ctypes.data) if len(view) else 0
 
 
 def _set_direct(fd: int, on: bool) -> bool:

@@ -207,6 +207,30 @@ def test_round_trip_small_pages(table, version):
 
 
 @pytest.mark.parametrize("version", ["2.1", "2.2"])
+def test_pages_hold_max_page_bytes_of_leaf_values(version):
+    """A leaf column's page holds about ``max_page_bytes`` of Arrow value bytes, as pylance's pages do:
+    10k-row batches of 128-float lists (5.12 MB each) make pages of 8 MiB, not of half that."""
+    rows, dim, limit = 100_000, 128, 8 * 1024 * 1024
+    values = pa.array(np.arange(rows * dim, dtype=np.float32))
+    table = pa.table({"embedding": pa.ListArray.from_arrays(pa.array(np.arange(0, rows * dim + 1, dim, dtype=np.int32)),
+                                                             values)})
+    schema = LanceSchema.from_arrow(table.schema)
+    sink = io.BytesIO()
+    writer = LanceFileWriter(sink, schema, version=version, max_page_bytes=limit)
+    for batch in table.to_batches(max_chunksize=10_000):
+        writer.write_batch(batch)
+    writer.finish()
+    reader = LanceFileReader(pa.BufferReader(sink.getvalue()), path="mem.lance")
+    page_rows = [page.length for page in reader.column_metadata(0).pages]
+    assert sum(page_rows) == rows
+    value_bytes = [n * dim * 4 for n in page_rows]
+    assert all(limit - dim * 4 <= size <= limit for size in value_bytes[:-1]), value_bytes
+    assert len(page_rows) == -(-rows * dim * 4 // limit)
+    mapping = dict(zip(writer.field_ids, writer.column_indices))
+    assert reader.read(schema, column_index=mapping).equals(table)
+
+
+@pytest.mark.parametrize("version", ["2.1", "2.2"])
 def test_default_column_index_of_our_files(table, version):
     small = table.select(["struct", "list_struct", "str_low", "vec8"])
     _, data, _ = _round_trip(small, version)

@@ -20,6 +20,8 @@ from airflow_lance.core.errors import CorruptFileError, UnsupportedFeatureError
 #: Ranges at least this long on average are gathered with pyarrow (memcpy speed).
 _LONG_RANGE = 48
 _EMPTY_U8 = np.zeros(0, dtype=np.uint8)
+#: Memory alignment of gathered page data: a direct-I/O sink can write it without a copy.
+PAGE_MEMORY_ALIGNMENT = 4096
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,13 @@ def exclusive_cumsum(values: np.ndarray) -> np.ndarray:
     out = np.zeros(len(values) + 1, dtype=np.int64)
     np.cumsum(values, out=out[1:])
     return out
+
+
+def aligned_empty(nbytes: int, alignment: int = PAGE_MEMORY_ALIGNMENT) -> np.ndarray:
+    """An uninitialised uint8 array of ``nbytes`` whose first byte is ``alignment``-aligned."""
+    raw = np.empty(nbytes + alignment, dtype=np.uint8)
+    skip = -int(raw.ctypes.data) % alignment
+    return raw[skip: skip + nbytes]
 
 
 def take_ranges(source: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -143,7 +152,7 @@ def _fill_uniform(sources: list[np.ndarray], plan: list[_Column], rows: int) -> 
     bases = exclusive_cumsum(np.array([len(source) for source in sources], dtype=np.int64))
     body = rows - 1
     row_bytes = sum(column[2] for column in plan)
-    out = np.empty(row_bytes * body + sum(column[4] for column in plan), dtype=np.uint8)
+    out = aligned_empty(row_bytes * body + sum(column[4] for column in plan))
     matrix = out[: row_bytes * body].reshape(body, row_bytes)
     at = 0
     for start, step, length, _, _ in plan:
