@@ -1,10 +1,12 @@
 """Direct I/O for local data files (``storage.direct``, ``LocalStore``, the ``direct_io`` option).
 
-Covers: :class:`DirectFileWriter` content and ``tell`` across sizes and buffer types; that
+Covers: :class:`DirectFileWriter` content and ``tell`` across sizes and buffer types;
+``write_retained`` (in place only when offset, address and length allow); that
 ``O_DIRECT`` is really switched on (only) for files longer than one buffer; ``abort``/``close``
 semantics; background write errors surfacing and closing the descriptor; ``file_system_type``
 and ``use_direct_io``; the ``direct_io`` storage option; ``LocalStore.open_output`` cleanup;
-and an end-to-end write checked against pylance and against a buffered write of the same table.
+and an end-to-end write checked against pylance and against a buffered write of the same table
+(same pages; large page buffers 4 KiB-aligned in the direct file).
 
 All files are real (pytest's ``tmp_path``, ext4 on the reference machine, and ``/dev/shm``).
 """
