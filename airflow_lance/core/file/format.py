@@ -92,9 +92,9 @@ class Footer:
         return footer
 
 
-def align_padding(position: int) -> int:
-    """Bytes of padding needed to bring ``position`` to the next 64-byte boundary."""
-    return -position % ALIGNMENT
+def align_padding(position: int, alignment: int = ALIGNMENT) -> int:
+    """Bytes of padding needed to bring ``position`` to the next ``alignment`` (64-byte) boundary."""
+    return -position % alignment
 
 
 def wrap_any(message: Message, type_url: str) -> file2_pb2.Encoding:

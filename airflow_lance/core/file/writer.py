@@ -364,9 +364,8 @@ class LanceFileWriter:
         """
         size = sum(len(segment) for segment in segments)
         large = size >= LARGE_BUFFER_BYTES
-        padding = align_padding(self._position)
-        if large:
-            padding = -self._position % max(getattr(self._sink, "alignment", 1), ALIGNMENT)
+        alignment = max(getattr(self._sink, "alignment", 1), ALIGNMENT) if large else ALIGNMENT
+        padding = align_padding(self._position, alignment)
         if padding:
             self._write(PADDING_BYTE * padding)
         start = self._position
