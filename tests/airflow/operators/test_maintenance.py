@@ -60,7 +60,12 @@ def test_compaction_with_deletions_keeps_rows_and_order(tmp_path: pathlib.Path) 
     assert stats["needs_compaction"] and stats["data_bytes"] > 0
 
     result = xcom_value(dag_run, "compact")
-    assert result["read_version"] == version_before and result["version"] > version_before
+    # one version: the Rewrite (its new fragments got their ids at commit)
+    assert (result["read_version"], result["version"], result["versions_created"]) == (
+        version_before, version_before + 1, 1)
+    assert result["files_removed"] == 10 + 10  # dropped from the dataset: data + deletion files...
+    assert len(_files(uri) & {f"data/{f.path}" for v in range(1, version_before + 1)
+                              for frag in lance.dataset(uri, v).get_fragments() for f in frag.data_files()}) == 10
     assert (result["fragments_before"], result["fragments_removed"]) == (10, 10)
     assert result["fragments_after"] == result["fragments_added"] == 2
     assert result["rows"] == 171
@@ -82,6 +87,7 @@ def test_compaction_with_deletions_keeps_rows_and_order(tmp_path: pathlib.Path) 
     assert _states(no_skip) == {"compact": "success"}
     zero = xcom_value(no_skip, "compact")
     assert (zero["version"], zero["fragments_removed"], zero["fragments_after"]) == (result["version"], 0, 2)
+    assert zero["versions_created"] == 0
 
 
 def test_cleanup_dry_run_lists_exactly_what_the_real_run_removes(tmp_path: pathlib.Path) -> None:
