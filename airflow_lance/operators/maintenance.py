@@ -291,11 +291,8 @@ class LanceCompactFilesOperator(_LanceMaintenanceOperator):
         metrics = self._commit(ds, results)
         metrics.fragments_skipped_indexed = plan.fragments_skipped_indexed
         seconds = time.monotonic() - start
-        latest = self.hook.get_dataset(self.uri)
-        if metrics.version and metrics.version != latest.version:
-            after_ds = latest.checkout_version(metrics.version)
-        else:
-            after_ds = latest if metrics.version else _compaction_version(latest, ds.version)
+        latest = self.hook.get_dataset(self.uri)  # writers may have committed after the compaction
+        after_ds = latest.checkout_version(metrics.version) if 0 < metrics.version < latest.version else latest
         summary = self._summary(ds, after_ds, before, metrics, seconds)
         summary["mode"] = self.mode
         self.log.info(
@@ -370,20 +367,6 @@ class LanceCompactFilesOperator(_LanceMaintenanceOperator):
             "fragments_after": len(after.get_fragments()),
             "seconds": round(seconds, 3),
         }
-
-
-def _compaction_version(latest: lance.LanceDataset, read_version: int) -> lance.LanceDataset:
-    """The version holding the Rewrite planned on ``read_version`` (writers may have committed
-    after it); ``latest`` itself if none of the versions after ``read_version`` is one."""
-    for version in range(latest.version, read_version, -1):
-        try:
-            transaction = latest.read_transaction(version)
-        except lance.VersionNotFoundError:
-            break
-        if (transaction is not None and transaction.read_version == read_version
-                and isinstance(transaction.operation, lance.LanceOperation.Rewrite)):
-            return latest if version == latest.version else latest.checkout_version(version)
-    return latest
 
 
 class LanceCleanupOldVersionsOperator(_LanceMaintenanceOperator):

@@ -3,9 +3,10 @@
 The new fragments go into the Rewrite with id 0 and get their ids when the
 Rewrite is applied to the latest version (above its ``max_fragment_id``, as
 Lance's ``handle_rewrite_fragments`` does), so no ``ReserveFragments``
-version comes first. That matters for storage: a reservation version still
-references every pre-compaction file, so ``cleanup_old_versions
-(retain_versions=2)`` right after a compaction would keep them all.
+version comes first. That matters for cleanup: a reservation version is as
+young as the compaction and references every pre-compaction file, so an
+``older_than`` cleanup right after a compaction kept them all, and it takes
+one of the ``retain_versions`` slots without being a version worth keeping.
 
 No id is needed before the commit, in this process or on Spark executors:
 data file names are random, new fragments have no deletion file, and the

@@ -207,15 +207,15 @@ def test_task_group_passes_the_spark_settings_to_its_compaction() -> None:
 
 
 def test_reported_version_is_the_compaction_even_when_a_writer_commits_after_it(tmp_path: pathlib.Path) -> None:
-    from airflow_lance.operators.maintenance import _compaction_version
+    from airflow_lance.operators.maintenance import LanceCompactFilesOperator
 
     uri = str(tmp_path / "busy.lance")
     _small_fragments(uri, fragments=3)
-    read_version = lance.dataset(uri).version
-    lance.compact_files(uri, target_rows_per_fragment=100)
-    compacted = lance.dataset(uri).version
+    ds = lance.dataset(uri)
+    results = LanceCompactFilesOperator._rewrite_here(ds, lance.Compaction.plan(ds, target_rows_per_fragment=100))
+    metrics = LanceCompactFilesOperator._commit(ds, results)
+    assert (metrics.version, metrics.versions_created) == (ds.version + 1, 1)
     lance.write_dataset(pa.table({"id": pa.array([999], pa.int64()), "name": ["late"]}), uri, mode="append")
-    latest = lance.dataset(uri)
-    assert latest.version == compacted + 1
-    assert _compaction_version(latest, read_version).version == compacted
-    assert _compaction_version(latest, compacted).version == latest.version  # no Rewrite after it: the latest
+    retried = LanceCompactFilesOperator._commit(ds, results)  # a retried task: nothing committed twice
+    assert (retried.version, retried.versions_created) == (metrics.version, 0)
+    assert lance.dataset(uri).version == metrics.version + 1
