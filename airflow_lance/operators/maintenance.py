@@ -200,9 +200,11 @@ class LanceCompactFilesOperator(_LanceMaintenanceOperator):
     tasks run in the worker (mode ``local``) or as a Spark job, one Spark task per
     compaction task (mode ``spark``: the Lance code is shipped to the executors as for
     :class:`~airflow_lance.operators.spark_write.LanceSparkWriteOperator`), and the worker
-    commits all of them as one Rewrite, or nothing. The commit uses the plan's read
-    version: a delete committed concurrently fails the task with a retryable conflict (the
-    files written for it are removed), it never brings deleted rows back.
+    commits all of them as one Rewrite, or nothing: one new version in either mode (the
+    new fragments get their ids at commit; no separate fragment-id reservation). The
+    commit uses the plan's read version: a delete committed concurrently fails the task
+    with a retryable conflict (the files written for it are removed), it never brings
+    deleted rows back; a concurrent append is compatible.
 
     :param uri: the dataset (URI, local path, ``lance+`` asset URI or name below the
         connection's root). (templated)
@@ -222,8 +224,12 @@ class LanceCompactFilesOperator(_LanceMaintenanceOperator):
 
     Returns ``{"uri", "version", "read_version", "mode", "fragments_before", "fragments_after",
     "fragments_removed", "fragments_added", "files_removed", "files_added", "rows", "bytes",
-    "fragments_skipped_indexed", "seconds"}`` (``version`` is the compaction's version) and
-    sets it as the extra of the dataset's asset event.
+    "fragments_skipped_indexed", "versions_created", "seconds"}`` and sets it as the extra of
+    the dataset's asset event. ``version`` is the compaction's version (the dataset's version
+    when there was nothing to compact), ``versions_created`` 1 (0 when nothing was committed).
+    ``files_removed`` counts the files the compaction dropped from the dataset: they stay in
+    storage, referenced by older versions, until :class:`LanceCleanupOldVersionsOperator`
+    removes those versions.
     """
 
     template_fields: Sequence[str] = ("uri", "compaction_options", "mode", "conf")
@@ -285,14 +291,17 @@ class LanceCompactFilesOperator(_LanceMaintenanceOperator):
         metrics = self._commit(ds, results)
         metrics.fragments_skipped_indexed = plan.fragments_skipped_indexed
         seconds = time.monotonic() - start
-        after_ds = _compaction_version(self.hook.get_dataset(self.uri), ds.version)
+        latest = self.hook.get_dataset(self.uri)  # writers may have committed after the compaction
+        after_ds = latest.checkout_version(metrics.version) if 0 < metrics.version < latest.version else latest
         summary = self._summary(ds, after_ds, before, metrics, seconds)
         summary["mode"] = self.mode
         self.log.info(
-            "Compacted %s: version %d -> %d, fragments %d -> %d (%d removed, %d added), %d rows and %d bytes "
-            "rewritten, %d files removed, in %.2f s", ds.uri, ds.version, after_ds.version, before,
-            summary["fragments_after"], metrics.fragments_removed, metrics.fragments_added, metrics.rows,
-            metrics.bytes, metrics.files_removed, seconds,
+            "Compacted %s: version %d -> %d (%d version created), fragments %d -> %d (%d removed, %d added), "
+            "%d rows and %d bytes rewritten, %d files dropped from the dataset (storage keeps them until "
+            "cleanup_old_versions removes the versions that reference them), in %.2f s",
+            ds.uri, ds.version, after_ds.version, metrics.versions_created, before, summary["fragments_after"],
+            metrics.fragments_removed, metrics.fragments_added, metrics.rows, metrics.bytes,
+            metrics.files_removed, seconds,
         )
         if metrics.fragments_skipped_indexed:
             self.log.warning("%d fragments were not compacted because an index covers them",
@@ -350,28 +359,14 @@ class LanceCompactFilesOperator(_LanceMaintenanceOperator):
     def _summary(ds: lance.LanceDataset, after: lance.LanceDataset, before: int,
                  metrics: lance.CompactionMetrics, seconds: float) -> dict[str, Any]:
         return {
+            **metrics.to_json(),
             "uri": ds.uri,
             "version": after.version,
             "read_version": ds.version,
             "fragments_before": before,
             "fragments_after": len(after.get_fragments()),
-            **metrics.to_json(),
             "seconds": round(seconds, 3),
         }
-
-
-def _compaction_version(latest: lance.LanceDataset, read_version: int) -> lance.LanceDataset:
-    """The version holding the Rewrite planned on ``read_version`` (writers may have committed
-    after it); ``latest`` itself if none of the versions after ``read_version`` is one."""
-    for version in range(latest.version, read_version, -1):
-        try:
-            transaction = latest.read_transaction(version)
-        except lance.VersionNotFoundError:
-            break
-        if (transaction is not None and transaction.read_version == read_version
-                and isinstance(transaction.operation, lance.LanceOperation.Rewrite)):
-            return latest if version == latest.version else latest.checkout_version(version)
-    return latest
 
 
 class LanceCleanupOldVersionsOperator(_LanceMaintenanceOperator):

@@ -247,6 +247,6 @@ def test_cleanup_after_compaction_reclaims_the_small_files(uri):
     expected = lance.dataset(uri).to_table()
     lance.compact_files(uri)
     stats = lance.cleanup_old_versions(uri, older_than=NOW)
-    assert stats.data_files_removed == 20 and stats.deletion_files_removed == 1 and stats.old_versions == 3
+    assert stats.data_files_removed == 20 and stats.deletion_files_removed == 1 and stats.old_versions == 2
     assert len(os.listdir(os.path.join(uri, "data"))) == 1
     assert lance.dataset(uri).to_table().equals(expected)

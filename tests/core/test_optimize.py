@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 import json
 import os
+import time
 import pickle
 from collections import Counter
 
@@ -61,14 +64,50 @@ def test_compaction_merges_small_fragments_keeping_content_and_order(uri):
     assert [f.physical_rows for f in ds.get_fragments()] == [1000]
     assert metrics == lance.CompactionMetrics(
         fragments_removed=20, fragments_added=1, files_removed=20, files_added=1, rows=1000,
-        bytes=ds.get_fragments()[0].data_files()[0].file_size_bytes,
+        bytes=ds.get_fragments()[0].data_files()[0].file_size_bytes, versions_created=1, version=2,
     )
-    # two commits, as pylance makes: reserve the ids, then one Rewrite, both planned on version 1
-    kinds = [read_transaction_file(ds.store, lance.dataset(uri, v).manifest_file.manifest.transaction_file)
-             for v in (2, 3)]
-    assert [(t.kind, t.read_version) for t in kinds] == [("reserve_fragments", 1), ("rewrite", 1)]
-    assert len(kinds[1].operation.groups) == 1
-    assert ds.get_fragments()[0].fragment_id == 20  # the reserved id, above every id ever used
+    # ONE commit: a Rewrite planned on version 1, no separate ReserveFragments version
+    assert [v["version"] for v in ds.versions()] == [1, 2]
+    txn = read_transaction_file(ds.store, ds.manifest_file.manifest.transaction_file)
+    assert (txn.kind, txn.read_version, len(txn.operation.groups)) == ("rewrite", 1, 1)
+    assert [f.id for f in txn.operation.groups[0].new_fragments] == [0]  # the id is given at commit...
+    assert ds.get_fragments()[0].fragment_id == 20  # ...above every id ever used
+    assert ds.manifest_file.manifest.max_fragment_id == 20
+
+
+def data_bytes(uri: str) -> int:
+    return sum(os.path.getsize(os.path.join(uri, "data", name)) for name in data_files(uri))
+
+
+def referenced_bytes(uri: str, *versions: int) -> int:
+    files = {(f.path, f.file_size_bytes) for v in versions for fragment in lance.dataset(uri, v).get_fragments()
+             for f in fragment.data_files()}
+    return sum(size for _, size in files)
+
+
+@pytest.mark.parametrize("policy", ["older_than", "retain_versions=1", "retain_versions=2"])
+def test_compaction_is_one_version_and_cleanup_frees_the_files_it_replaced(uri, policy):
+    lance.write_dataset(table(0, 2000), uri, max_rows_per_file=100)
+    lance.write_dataset(table(2000, 50), uri, mode="append")  # version 2: what compaction replaces
+    planned = time.time()
+    time.sleep(0.2)  # version 2 is older than ``planned``, anything compaction commits is younger
+    metrics = compact_files(uri)
+    assert (metrics.version, metrics.versions_created) == (3, 1)
+    assert [v["version"] for v in lance.dataset(uri).versions()] == [1, 2, 3]
+    compacted = referenced_bytes(uri, 3)
+    assert data_bytes(uri) == referenced_bytes(uri, 2, 3) > 1.9 * compacted  # storage doubled, for now
+    if policy == "older_than":  # versions older than the compaction go; before, its reservation stayed
+        lance.cleanup_old_versions(uri, older_than=dt.timedelta(seconds=time.time() - planned))
+        kept = [3]
+    else:
+        retain = int(policy[-1])
+        lance.cleanup_old_versions(uri, retain_versions=retain)
+        kept = [2, 3][-retain:]
+    assert [v["version"] for v in lance.dataset(uri).versions()] == kept
+    assert data_bytes(uri) == referenced_bytes(uri, *kept)  # nothing else pinned
+    if kept == [3]:
+        assert data_bytes(uri) == compacted
+    assert lance.dataset(uri).to_table().equals(table(0, 2050))
 
 
 def test_compaction_materialises_deletions(uri):
@@ -155,10 +194,13 @@ def test_distributed_tasks_round_trip_through_json_and_pickle(uri):
     metrics = Compaction.commit(uri, shipped)  # JSON accepted as well
     assert metrics.fragments_removed == 6 and metrics.fragments_added == 4  # 2 tasks of 108 rows
     assert lance.dataset(uri).to_table().equals(expected)
-    # committing the same results again (a retried task) changes nothing
+    # committing the same results again (a retried task) changes nothing and names the landed version
     version = lance.dataset(uri).version
-    assert Compaction.commit(uri, results) == metrics
-    assert lance.dataset(uri).version == version
+    assert (metrics.version, metrics.versions_created) == (version, 1)
+    lance.write_dataset(table(1000, 3), uri, mode="append")  # the retry comes after another commit
+    again = Compaction.commit(uri, results)
+    assert again == dataclasses.replace(metrics, versions_created=0)
+    assert lance.dataset(uri).version == version + 1
 
 
 @pytest.mark.parametrize("who", ["ours", "stale handle"])
@@ -182,7 +224,7 @@ def test_concurrent_delete_between_plan_and_commit_never_resurrects_rows(uri, wh
     assert lance.dataset(uri).to_table().equals(expected)
 
 
-def test_delete_committed_after_the_reservation_is_a_conflict_too(uri):
+def test_delete_committed_after_a_concurrent_reservation_is_a_conflict_too(uri):
     lance.write_dataset(table(0, 100), uri, max_rows_per_file=10)
     results = [task.execute(uri) for task in Compaction.plan(uri).tasks]
     lance.LanceDataset.commit(uri, lance.LanceOperation.ReserveFragments(1), 1)
@@ -195,15 +237,17 @@ def test_delete_committed_after_the_reservation_is_a_conflict_too(uri):
 def test_append_during_compaction_both_land(uri):
     lance.write_dataset(table(0, 300), uri, max_rows_per_file=30)
     results = [task.execute(uri) for task in Compaction.plan(uri).tasks]
-    lance.write_dataset(table(300, 25), uri, mode="append")
-    Compaction.commit(uri, results)
+    lance.write_dataset(table(300, 25), uri, mode="append")  # version 2, fragment 10
+    metrics = Compaction.commit(uri, results)
     ds = lance.dataset(uri)
+    assert (metrics.version, metrics.versions_created, ds.version) == (3, 1, 3)
     assert ds.to_table().equals(table(0, 325))
     assert [f.physical_rows for f in ds.get_fragments()] == [300, 25]
-    ids = [f.fragment_id for f in ds.get_fragments()]
-    assert len(set(ids)) == 2 and ds.manifest_file.manifest.max_fragment_id >= max(ids)
+    # the rewritten fragment got its id at commit, above the append's
+    assert [f.fragment_id for f in ds.get_fragments()] == [11, 10]
+    assert ds.manifest_file.manifest.max_fragment_id == 11
     lance.write_dataset(table(325, 5), uri, mode="append")  # ids never reused
-    assert lance.dataset(uri).get_fragments()[-1].fragment_id > max(ids)
+    assert lance.dataset(uri).get_fragments()[-1].fragment_id == 12
 
 
 def test_overwrite_during_compaction_fails_it(uri):
@@ -277,7 +321,7 @@ def test_tampered_tasks_and_results_are_refused_before_any_commit(uri):
     os.remove(os.path.join(uri, "data", second.new_fragments[0].files[0].path))
     with pytest.raises(InvalidInputError):
         Compaction.commit(uri, results)  # a new file is missing
-    assert lance.dataset(uri).version == 1  # not even the reservation was committed
+    assert lance.dataset(uri).version == 1  # nothing was committed
     Compaction.commit(uri, [first])  # any subset of the tasks may be committed
     assert lance.dataset(uri).to_table().equals(table(0, 100))
 
@@ -372,4 +416,6 @@ def test_a_fragment_whose_rows_are_all_deleted_is_simply_removed(uri):
     ds = lance.dataset(uri)
     assert [f.fragment_id for f in ds.get_fragments()] == [0, 2]
     assert ds.to_table().equals(pa.concat_tables([table(0, 10), table(20, 10)]))
-    assert Compaction.commit(uri, results) == results[0].metrics and lance.dataset(uri).version == ds.version
+    again = Compaction.commit(uri, results)  # retried: found in the version that removed the fragment
+    assert again == dataclasses.replace(results[0].metrics, version=ds.version)
+    assert lance.dataset(uri).version == ds.version

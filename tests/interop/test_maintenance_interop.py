@@ -74,11 +74,21 @@ def test_pylance_reads_our_compaction(uri, deletes):
     assert ds.to_table().equals(before)
     assert [f.count_rows() for f in ds.get_fragments()] == [f.physical_rows for f in ours.dataset(uri).get_fragments()]
     assert metrics.rows == before.num_rows == ds.count_rows()
-    assert ds.version == version + 2 and all(f.deletion_file() is None for f in ds.get_fragments())
-    pylance.write_dataset(table(800, 10), uri, mode="append")  # pylance keeps writing on top
-    ds = pylance.dataset(uri)
+    # ONE version: a Rewrite whose new fragments got their ids at commit, above every id used before
+    assert ds.version == version + 1 == metrics.version and metrics.versions_created == 1
+    assert all(f.deletion_file() is None for f in ds.get_fragments())
+    assert [t.operation.__class__.__name__ for t in ds.get_transactions(1)] == ["Rewrite"]
     ids = [f.fragment_id for f in ds.get_fragments()]
-    assert len(set(ids)) == len(ids) and ds.count_rows() == before.num_rows + 10
+    max_id = ours.dataset(uri).manifest_file.manifest.max_fragment_id
+    assert ids == list(range(20, 20 + len(ids))) and max_id == ids[-1]
+    pylance.write_dataset(table(800, 10), uri, mode="append")  # pylance keeps writing on top...
+    ds = pylance.dataset(uri)
+    assert [f.fragment_id for f in ds.get_fragments()] == ids + [max_id + 1]
+    assert ds.to_table().equals(pa.concat_tables([before, table(800, 10)]))
+    ds.optimize.compact_files(target_rows_per_fragment=10_000)  # ...compacts...
+    assert ds.cleanup_old_versions(older_than=NOW).old_versions == ds.version - 1  # ...and cleans up
+    assert pylance.dataset(uri).to_table().equals(ours.dataset(uri).to_table())
+    assert ours.dataset(uri).to_table().equals(pa.concat_tables([before, table(800, 10)]))
 
 
 def test_pylance_compacts_our_datasets(uri):
@@ -150,11 +160,47 @@ def test_pylance_delete_planned_before_our_rewrite_is_refused_by_pylance(uri):
 def test_append_by_pylance_during_compaction_both_land(uri):
     pylance_fragments(uri, [40] * 5)
     results = [task.execute(uri) for task in Compaction.plan(uri).tasks]
-    pylance.write_dataset(table(200, 7), uri, mode="append")
-    Compaction.commit(uri, results)
+    pylance.write_dataset(table(200, 7), uri, mode="append")  # fragment 5
+    assert Compaction.commit(uri, results).version == 7
     ds = pylance.dataset(uri)
     assert ds.to_table().equals(table(0, 207))
-    assert [f.count_rows() for f in ds.get_fragments()] == [200, 7]
+    assert [(f.fragment_id, f.count_rows()) for f in ds.get_fragments()] == [(6, 200), (5, 7)]
+
+
+def test_pylance_append_planned_before_our_compaction_lands_after_it(uri):
+    """pylance checks its Append against our Rewrite (new fragments with id 0 in the transaction)."""
+    pylance_fragments(uri, [40] * 5)
+    appended = pylance.LanceFragment.create(uri, table(200, 7))  # planned on version 5
+    ours.compact_files(uri)  # version 6
+    pylance.LanceDataset.commit(uri, pylance.LanceOperation.Append([appended]), read_version=5)
+    ds = pylance.dataset(uri)
+    assert ds.version == 7 and ds.to_table().equals(table(0, 207))
+    assert [(f.fragment_id, f.count_rows()) for f in ds.get_fragments()] == [(5, 200), (6, 7)]
+
+
+def test_one_version_compaction_keeps_stable_row_ids_and_pylance_carries_on(uri):
+    pylance.write_dataset(table(0, 50), uri, max_rows_per_file=10, data_storage_version="2.0",
+                          enable_stable_row_ids=True)
+    ours.write_dataset(table(50, 30), uri, mode="append", max_rows_per_file=10)
+    pylance.dataset(uri).delete("id % 4 = 1")
+    columns = ["id", "name", "_rowid", "_row_created_at_version"]
+    before, version = pylance.dataset(uri).to_table(columns=columns), pylance.dataset(uri).version
+    metrics = ours.compact_files(uri)
+    ds = pylance.dataset(uri)
+    assert (ds.version, metrics.version, metrics.fragments_added) == (version + 1, version + 1, 1)
+    assert ds.to_table(columns=columns).equals(before)  # same rows, same row ids, same order
+    assert [f.fragment_id for f in ds.get_fragments()] == [8]
+    pylance.write_dataset(table(80, 5), uri, mode="append")
+    ds = pylance.dataset(uri)
+    assert [f.fragment_id for f in ds.get_fragments()] == [8, 9]
+    assert ds.to_table(columns=["_rowid"]).column(0).to_pylist()[-5:] == list(range(80, 85))
+    ds.optimize.compact_files()
+    ds.cleanup_old_versions(older_than=NOW)
+    expected = pa.concat_tables([before.select(["id", "name", "_rowid"]),
+                                 table(80, 5).select(["id", "name"]).append_column("_rowid", pa.array(
+                                     np.arange(80, 85, dtype=np.uint64)))])
+    assert pylance.dataset(uri).to_table(columns=["id", "name", "_rowid"]).equals(expected)
+    assert ours.dataset(uri).to_table(columns=["id", "name"]).equals(expected.select(["id", "name"]))
 
 
 @pytest.mark.parametrize("stable", [False, True])
@@ -273,7 +319,7 @@ def test_pylance_cleanup_after_our_compaction_keeps_our_dataset_whole(uri):
     expected = ours.dataset(uri).to_table()
     ours.compact_files(uri)
     stats = pylance.dataset(uri).cleanup_old_versions(older_than=NOW)
-    assert stats.data_files_removed == 15 and stats.old_versions == 3
+    assert stats.data_files_removed == 15 and stats.old_versions == 2  # the write and the delete
     assert ours.dataset(uri).to_table().equals(expected) and pylance.dataset(uri).to_table().equals(expected)
 
 

@@ -1,16 +1,29 @@
-"""Committing rewrite results: reserve fragment ids, then ONE Rewrite at the plan's version.
+"""Committing rewrite results: ONE Rewrite at the plan's version, ONE new version.
+
+The new fragments go into the Rewrite with id 0 and get their ids when the
+Rewrite is applied to the latest version (above its ``max_fragment_id``, as
+Lance's ``handle_rewrite_fragments`` does), so no ``ReserveFragments``
+version comes first. That matters for cleanup: a reservation version is as
+young as the compaction and references every pre-compaction file, so an
+``older_than`` cleanup right after a compaction kept them all, and it takes
+one of the ``retain_versions`` slots without being a version worth keeping.
+
+No id is needed before the commit, in this process or on Spark executors:
+data file names are random, new fragments have no deletion file, and the
+row-id sequences they carry (stable row ids) hold row ids, not addresses.
+Lance reserves ids before its commit only to remap index row addresses,
+which this implementation does not do (indexed fragments are left alone).
 
 The Rewrite is committed with the **plan's read_version**, never the latest:
 the commit protocol then checks every version committed since the plan, so a
 delete that landed in between makes the commit fail as a retryable conflict
 instead of silently resurrecting the deleted rows. Everything that can be
-checked is checked before the first commit, so bad input leaves the dataset
+checked is checked before the commit, so bad input leaves the dataset
 unchanged.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -25,7 +38,7 @@ from airflow_lance.core.optimize.results import CompactionMetrics, RewriteResult
 from airflow_lance.core.optimize.source import has_stable_row_ids
 from airflow_lance.core.optimize.task import same_fragment
 from airflow_lance.core.storage import ObjectStore
-from airflow_lance.core.transaction import LanceOperation, Transaction
+from airflow_lance.core.transaction import LanceOperation, Transaction, read_transaction_file
 
 log = logging.getLogger(__name__)
 
@@ -106,11 +119,36 @@ def _already_committed(latest: table_pb2.Manifest, result: RewriteResult) -> boo
     return all(f.path in present for fragment in result.new_fragments for f in fragment.files)
 
 
-def _metrics(results: Sequence[RewriteResult]) -> CompactionMetrics:
+def _metrics(results: Sequence[RewriteResult], version: int, created: int) -> CompactionMetrics:
     total = CompactionMetrics()
     for result in results:
         total += result.metrics
+    total.version, total.versions_created = version, created
     return total
+
+
+def _landed_version(store: ObjectStore, latest: int, results: Sequence[RewriteResult]) -> int:
+    """The version whose Rewrite committed ``results`` before (0 if it cannot be found any more)."""
+    read_version = results[0].read_version
+    paths = {f.path for r in results for fragment in r.new_fragments for f in fragment.files}
+    old_ids = {f.id for r in results for f in r.old_fragments}
+    for version in range(latest, read_version, -1):
+        try:
+            name = read_manifest(store, version).manifest.transaction_file
+        except VersionNotFoundError:
+            return 0  # cleaned up, and so is every older version
+        try:
+            txn = read_transaction_file(store, name) if name else None
+        except FileNotFoundError:
+            continue
+        op = txn.operation if txn is not None else None
+        if txn is None or txn.read_version != read_version or not isinstance(op, LanceOperation.Rewrite):
+            continue
+        written = {f.path for g in op.groups for fragment in g.new_fragments for f in fragment.files}
+        replaced = {f.id for g in op.groups for f in g.old_fragments}
+        if (paths and paths <= written) or (not paths and old_ids <= replaced):
+            return version
+    return 0
 
 
 def _source(store: ObjectStore, read_version: int) -> ManifestFile:
@@ -123,13 +161,14 @@ def _source(store: ObjectStore, read_version: int) -> ManifestFile:
 def commit_compaction(
     store: ObjectStore, rewrites: Sequence[RewriteResult | Mapping[str, Any] | str]
 ) -> CompactionMetrics:
-    """Commit finished tasks as one Rewrite; return the summed metrics.
+    """Commit finished tasks as one Rewrite (one new version); return the summed metrics.
 
-    Raises InvalidInputError for inconsistent results (nothing committed) and
-    CommitConflictError when the dataset changed under the plan (for example a
-    concurrent delete of a rewritten fragment): re-plan and run again. Results
-    whose files are already in the latest version (a retried commit) are not
-    committed twice.
+    The metrics' ``version`` is the version holding the Rewrite and ``versions_created``
+    is 1, or 0 when the results were already committed (a retried commit: nothing is
+    committed twice, ``version`` then names the version that has them, 0 if it was
+    cleaned up). Raises InvalidInputError for inconsistent results (nothing committed)
+    and CommitConflictError when the dataset changed under the plan (for example a
+    concurrent delete of a rewritten fragment): re-plan and run again.
     """
     results = [as_rewrite_result(item) for item in rewrites]
     if not results:
@@ -140,27 +179,20 @@ def commit_compaction(
     latest = read_latest_manifest(store)
     pending = [r for r in results if not _already_committed(latest.manifest, r)]
     if not pending:
-        log.info("compaction of version %d is already committed", read_version)
-        return _metrics(results)
+        landed = _landed_version(store, latest.version, results)
+        log.info("compaction of version %d is already committed (version %d)", read_version, landed)
+        return _metrics(results, landed, 0)
     _check_old(latest.manifest, pending, CommitConflictError)
     _check_new_files(store, pending, has_stable_row_ids(source.manifest))
-    count = sum(len(r.new_fragments) for r in pending)
-    groups = []
-    next_id = 0
-    if count:
-        reserved = commit_transaction(store, Transaction(read_version, LanceOperation.ReserveFragments(count)))
-        next_id = reserved.manifest.max_fragment_id - count + 1
-    for result in pending:
-        new = []
-        for fragment in result.new_fragments:
-            new.append(dataclasses.replace(fragment, id=next_id))
-            next_id += 1
-        groups.append(LanceOperation.RewriteGroup(list(result.old_fragments), new))
-    committed = commit_transaction(store, Transaction(read_version, LanceOperation.Rewrite(groups)))
+    # New fragments keep id 0: the commit gives them ids above the latest max_fragment_id.
+    groups = [LanceOperation.RewriteGroup(list(r.old_fragments), list(r.new_fragments)) for r in pending]
+    committed = commit_transaction(
+        store, Transaction(read_version, LanceOperation.Rewrite(groups)), latest_known=latest
+    )
     log.info(
         "compaction committed as version %d: %d fragments -> %d",
         committed.version,
         sum(len(r.old_fragments) for r in pending),
-        count,
+        sum(len(r.new_fragments) for r in pending),
     )
-    return _metrics(results)
+    return _metrics(results, committed.version, 1)

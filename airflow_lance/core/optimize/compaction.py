@@ -6,8 +6,10 @@
     results = [task.execute(uri) for task in plan.tasks]               # anywhere (picklable / JSON)
     metrics = Compaction.commit(uri, results)                          # on the driver
 
-``compact_files`` does the three steps in one process. Nothing is committed
-when there is nothing to compact.
+``compact_files`` does the three steps in one process. Either way a compaction
+commits exactly one version, a Rewrite whose new fragments get their ids at
+commit (no separate fragment-id reservation; see :mod:`.committer`), and
+nothing when there is nothing to compact.
 """
 
 from __future__ import annotations
@@ -55,7 +57,8 @@ class Compaction:
         *,
         storage_options: Mapping[str, str] | None = None,
     ) -> CompactionMetrics:
-        """Commit finished tasks (results or their JSON) with the plan's read version.
+        """Commit finished tasks (results or their JSON) as one Rewrite with the plan's read version:
+        one new version, ``metrics.version``.
 
         ``options`` is accepted for pylance compatibility and only validated.
         """
@@ -125,10 +128,15 @@ def compact_files(
 ) -> CompactionMetrics:
     """Merge small fragments and materialise deletions, keeping insertion order (pylance's defaults).
 
-    Two commits, as pylance makes: a fragment-id reservation, then one Rewrite
-    at the planned version. A concurrent delete of a rewritten fragment makes
-    it fail with :class:`~airflow_lance.core.errors.CommitConflictError`
-    (retry it); the files written for it are removed again.
+    One commit: a Rewrite planned on the handle's (or latest) version, whose new
+    fragments get ids above ``max_fragment_id`` when it lands, so it creates exactly
+    one version (``metrics.version``; pylance 14 first commits a separate
+    ReserveFragments version, which would keep every pre-compaction file alive
+    through ``cleanup_old_versions(retain_versions=2)``). Concurrent appends are
+    compatible; a concurrent delete of a rewritten fragment makes it fail with
+    :class:`~airflow_lance.core.errors.CommitConflictError` (retry it), and the
+    files written for it are removed again. ``files_removed`` counts files the
+    dataset no longer references; they leave storage with ``cleanup_old_versions``.
     """
     options = CompactionOptions(
         target_rows_per_fragment=target_rows_per_fragment,

@@ -16,13 +16,23 @@ class CompactionMetrics:
     """Counts of one compaction (pylance's first four fields, plus ours).
 
     * ``fragments_removed`` / ``fragments_added``: fragments replaced / written.
-    * ``files_removed``: data and deletion files of the replaced fragments.
+    * ``files_removed``: data and deletion files of the replaced fragments. They are
+      dropped from the dataset (the new version no longer references them), not
+      deleted from storage: older versions still reference them until
+      ``cleanup_old_versions`` removes those versions and the files with them.
     * ``files_added``: data files of the new fragments.
     * ``rows``: live rows rewritten (deleted rows are dropped, not counted).
     * ``bytes``: size of the new data files.
     * ``fragments_skipped_indexed``: fragments that needed compaction but were
       left alone because an index covers them (a pure-Python writer cannot
       rewrite index files with remapped row addresses).
+    * ``versions_created``: versions the compaction committed: 1 (the Rewrite;
+      no separate fragment-id reservation), or 0 when there was nothing to
+      compact or the results were already committed.
+    * ``version``: the version holding the compaction's Rewrite (0 when none
+      was committed, or a retried commit's version was cleaned up).
+
+    Adding metrics (``+=``) sums the counts and keeps the higher ``version``.
     """
 
     fragments_removed: int = 0
@@ -32,10 +42,13 @@ class CompactionMetrics:
     rows: int = 0
     bytes: int = 0
     fragments_skipped_indexed: int = 0
+    versions_created: int = 0
+    version: int = 0
 
     def __iadd__(self, other: CompactionMetrics) -> CompactionMetrics:
         for field in dataclasses.fields(self):
-            setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
+            mine, theirs = getattr(self, field.name), getattr(other, field.name)
+            setattr(self, field.name, max(mine, theirs) if field.name == "version" else mine + theirs)
         return self
 
     def to_json(self) -> dict[str, int]:

@@ -60,7 +60,12 @@ def test_compaction_with_deletions_keeps_rows_and_order(tmp_path: pathlib.Path) 
     assert stats["needs_compaction"] and stats["data_bytes"] > 0
 
     result = xcom_value(dag_run, "compact")
-    assert result["read_version"] == version_before and result["version"] > version_before
+    # one version: the Rewrite (its new fragments got their ids at commit)
+    assert (result["read_version"], result["version"], result["versions_created"]) == (
+        version_before, version_before + 1, 1)
+    assert result["files_removed"] == 10 + 10  # dropped from the dataset: data + deletion files...
+    assert len(_files(uri) & {f"data/{f.path}" for v in range(1, version_before + 1)
+                              for frag in lance.dataset(uri, v).get_fragments() for f in frag.data_files()}) == 10
     assert (result["fragments_before"], result["fragments_removed"]) == (10, 10)
     assert result["fragments_after"] == result["fragments_added"] == 2
     assert result["rows"] == 171
@@ -82,6 +87,7 @@ def test_compaction_with_deletions_keeps_rows_and_order(tmp_path: pathlib.Path) 
     assert _states(no_skip) == {"compact": "success"}
     zero = xcom_value(no_skip, "compact")
     assert (zero["version"], zero["fragments_removed"], zero["fragments_after"]) == (result["version"], 0, 2)
+    assert zero["versions_created"] == 0
 
 
 def test_cleanup_dry_run_lists_exactly_what_the_real_run_removes(tmp_path: pathlib.Path) -> None:
@@ -201,15 +207,15 @@ def test_task_group_passes_the_spark_settings_to_its_compaction() -> None:
 
 
 def test_reported_version_is_the_compaction_even_when_a_writer_commits_after_it(tmp_path: pathlib.Path) -> None:
-    from airflow_lance.operators.maintenance import _compaction_version
+    from airflow_lance.operators.maintenance import LanceCompactFilesOperator
 
     uri = str(tmp_path / "busy.lance")
     _small_fragments(uri, fragments=3)
-    read_version = lance.dataset(uri).version
-    lance.compact_files(uri, target_rows_per_fragment=100)
-    compacted = lance.dataset(uri).version
+    ds = lance.dataset(uri)
+    results = LanceCompactFilesOperator._rewrite_here(ds, lance.Compaction.plan(ds, target_rows_per_fragment=100))
+    metrics = LanceCompactFilesOperator._commit(ds, results)
+    assert (metrics.version, metrics.versions_created) == (ds.version + 1, 1)
     lance.write_dataset(pa.table({"id": pa.array([999], pa.int64()), "name": ["late"]}), uri, mode="append")
-    latest = lance.dataset(uri)
-    assert latest.version == compacted + 1
-    assert _compaction_version(latest, read_version).version == compacted
-    assert _compaction_version(latest, compacted).version == latest.version  # no Rewrite after it: the latest
+    retried = LanceCompactFilesOperator._commit(ds, results)  # a retried task: nothing committed twice
+    assert (retried.version, retried.versions_created) == (metrics.version, 0)
+    assert lance.dataset(uri).version == metrics.version + 1
