@@ -16,6 +16,12 @@ A connection holds
 * **extra fields** (see :data:`CONN_FIELDS`): region, endpoint, session token,
   allow_http, the DynamoDB commit store (table name and endpoint), and a JSON object of
   any further pylance storage options, passed through verbatim.
+* **pylance option names** (``aws_endpoint``, ``aws_region``, ...: every name
+  ``core/storage/options.py`` knows) as top-level keys of the extra, passed through too.
+
+Keys may carry Airflow's legacy ``extra__lance__`` prefix. Any other key, in the extra or in
+``storage_options``, is a :class:`LanceConnectionError` naming the nearest valid key, and so is
+one option given twice with different values: a typo never falls back to a default endpoint.
 """
 
 from __future__ import annotations
@@ -33,47 +39,48 @@ HOOK_NAME = "Lance"
 DEFAULT_CONN_ID = "lance_default"
 HOOK_CLASS = "airflow_lance.hooks.lance.LanceHook"
 
+def _conn_field(label: str, description: str, schema: dict[str, Any], example: str | None = None) -> dict[str, Any]:
+    """One declarative form field; an example becomes the schema's ``examples`` (Airflow 3's form
+    offers them as suggestions) and ends the description."""
+    if example is not None:
+        schema = {**schema, "examples": [example]}
+        description = f"{description} Example: {example}"
+    return {"label": label, "description": description, "schema": schema}
+
+
+_TEXT: dict[str, Any] = {"type": ["string", "null"]}
+
 #: Declarative form fields (provider info ``conn-fields``); values live in ``Connection.extra``.
 CONN_FIELDS: dict[str, dict[str, Any]] = {
-    "region": {
-        "label": "Region",
-        "description": "Object store region (S3: aws_region).",
-        "schema": {"type": ["string", "null"]},
-    },
-    "endpoint": {
-        "label": "Endpoint URL",
-        "description": "Custom endpoint of an S3-compatible or Azure service (aws_endpoint / azure_storage_endpoint).",
-        "schema": {"type": ["string", "null"]},
-    },
-    "session_token": {
-        "label": "Session token",
-        "description": "Temporary credentials' session token (aws_session_token).",
-        "schema": {"type": ["string", "null"], "format": "password"},
-    },
-    "allow_http": {
-        "label": "Allow HTTP",
-        "description": "Allow a plain-HTTP endpoint (allow_http).",
-        "schema": {"type": ["boolean", "null"], "default": False},
-    },
-    "dynamodb_table_name": {
-        "label": "DynamoDB commit table",
-        "description": "Commit through a DynamoDB external manifest store (pylance's s3+ddb://...?ddbTableName=).",
-        "schema": {"type": ["string", "null"]},
-    },
-    "dynamodb_endpoint": {
-        "label": "DynamoDB endpoint",
-        "description": "Custom DynamoDB endpoint for the commit store (dynamodb_endpoint).",
-        "schema": {"type": ["string", "null"]},
-    },
-    "storage_options": {
-        "label": "Storage options (JSON)",
-        "description": "Further pylance storage options as a JSON object, "
-        "e.g. {\"aws_virtual_hosted_style_request\": \"true\"}.",
-        "schema": {"type": ["string", "null"], "format": "json"},
-    },
+    "region": _conn_field("Region", "Object store region (S3: aws_region).", _TEXT, "us-east-1"),
+    "endpoint": _conn_field(
+        "Endpoint URL", "Custom endpoint of an S3-compatible or Azure service (aws_endpoint / azure_storage_endpoint).",
+        _TEXT, "http://127.0.0.1:9000",
+    ),
+    "session_token": _conn_field(
+        "Session token", "Temporary credentials' session token (aws_session_token).",
+        {"type": ["string", "null"], "format": "password"},
+    ),
+    "allow_http": _conn_field(
+        "Allow HTTP", "Allow a plain-HTTP endpoint (allow_http).", {"type": ["boolean", "null"], "default": False}
+    ),
+    "dynamodb_table_name": _conn_field(
+        "DynamoDB commit table",
+        "Commit through a DynamoDB external manifest store (pylance's s3+ddb://...?ddbTableName=).",
+        _TEXT, "lance-manifests",
+    ),
+    "dynamodb_endpoint": _conn_field(
+        "DynamoDB endpoint", "Custom DynamoDB endpoint for the commit store (dynamodb_endpoint).",
+        _TEXT, "http://127.0.0.1:8000",
+    ),
+    "storage_options": _conn_field(
+        "Storage options (JSON)", "Further pylance storage options as a JSON object (pylance's names).",
+        {"type": ["string", "null"], "format": "json"}, '{"aws_virtual_hosted_style_request": "true"}',
+    ),
 }
 
-#: Declarative UI behaviour (provider info ``ui-field-behaviour``).
+#: Declarative UI behaviour (provider info ``ui-field-behaviour``). Airflow 3's form shows the
+#: placeholders of the standard fields; extra fields show their schema's ``examples``.
 UI_FIELD_BEHAVIOUR: dict[str, Any] = {
     "hidden-fields": ["schema", "port", "extra"],
     "relabeling": {
@@ -83,9 +90,8 @@ UI_FIELD_BEHAVIOUR: dict[str, Any] = {
     },
     "placeholders": {
         "host": "s3://bucket/prefix or file:///data/lance",
-        "region": "us-east-1",
-        "endpoint": "http://127.0.0.1:9000",
-        "storage_options": '{"aws_virtual_hosted_style_request": "true"}',
+        "login": "AKIAIOSFODNN7EXAMPLE (S3) or storage account name (Azure)",
+        **{name: spec["schema"]["examples"][0] for name, spec in CONN_FIELDS.items() if "examples" in spec["schema"]},
     },
 }
 
@@ -189,10 +195,41 @@ def _extra_dict(extra: str | Mapping[str, Any] | None) -> dict[str, Any]:
     return value
 
 
-def _field(extra: Mapping[str, Any], name: str) -> Any:
-    """A form field from extra (also under Airflow's legacy ``extra__lance__<name>`` key)."""
-    value = extra.get(name, extra.get(f"extra__{CONN_TYPE}__{name}"))
-    return None if value == "" else value
+_LEGACY_PREFIX = f"extra__{CONN_TYPE}__"
+
+
+def _split_extra(extra: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The extra's form fields and its pylance storage options given as top-level keys.
+
+    Keys may carry Airflow's legacy ``extra__lance__`` prefix. Any other key is a
+    :class:`LanceConnectionError` naming the nearest valid key: a misspelt ``endpoint`` must never
+    leave requests going to the default AWS endpoint.
+    """
+    from airflow_lance.core.storage import options as opts
+
+    fields: dict[str, Any] = {}
+    options: dict[str, Any] = {}
+    for raw_key, value in extra.items():
+        key = str(raw_key)
+        legacy = key.lower().startswith(_LEGACY_PREFIX)
+        name = (key[len(_LEGACY_PREFIX):] if legacy else key).lower()
+        if name in CONN_FIELDS:
+            if value not in (None, "") and (not legacy or name not in fields):
+                fields[name] = value
+        elif name in opts.KNOWN_OPTIONS:
+            if value not in (None, ""):
+                options[name] = value
+        else:
+            problem = opts.unknown_key_message(name, [*CONN_FIELDS, *opts.KNOWN_OPTIONS], "key")
+            raise LanceConnectionError(
+                f"{problem} in the connection extra: use a form field ({', '.join(CONN_FIELDS)}) or a pylance "
+                "storage option name (aws_endpoint, aws_region, azure_storage_account_name, ...; the README lists them)"
+            )
+    return {name: fields.get(name) for name in CONN_FIELDS}, options
+
+
+def _option_text(value: Any) -> str:
+    return "true" if value is True else "false" if value is False else str(value)
 
 
 def _as_bool_text(name: str, value: Any) -> str:
@@ -207,6 +244,8 @@ def _as_bool_text(name: str, value: Any) -> str:
 
 
 def _json_options(value: Any) -> dict[str, str]:
+    from airflow_lance.core.storage import options as opts
+
     if value is None:
         return {}
     if isinstance(value, str):
@@ -216,7 +255,33 @@ def _json_options(value: Any) -> dict[str, str]:
             raise LanceConnectionError(f"connection field 'storage_options' is not JSON: {exc}") from None
     if not isinstance(value, Mapping):
         raise LanceConnectionError("connection field 'storage_options' must be a JSON object")
-    return {str(k): ("true" if v is True else "false" if v is False else str(v)) for k, v in value.items()}
+    for key in value:
+        if str(key).lower() not in opts.KNOWN_OPTIONS:
+            problem = opts.unknown_key_message(str(key), opts.KNOWN_OPTIONS)
+            raise LanceConnectionError(f"{problem} in the connection field 'storage_options': use pylance's names")
+    return {str(k): _option_text(v) for k, v in value.items()}
+
+
+def _merge(scheme: str, *sources: Mapping[str, str]) -> dict[str, str]:
+    """One dict of storage options; the same option given twice with different values (say ``region``
+    and ``aws_region``) is an error rather than a silent choice."""
+    from airflow_lance.core.storage import options as opts
+
+    backend = opts.backend_of_scheme(scheme)
+    merged: dict[str, str] = {}
+    given_as: dict[str, str] = {}
+    for source in sources:
+        for key, value in source.items():
+            canonical = opts.canonical_name(key, backend)
+            if canonical not in given_as:
+                given_as[canonical] = key
+                merged[key] = value
+            elif merged[given_as[canonical]] != value:
+                raise LanceConnectionError(
+                    f"the connection sets storage option {canonical!r} twice with different values "
+                    f"(as {given_as[canonical]!r} and as {key!r}): keep one"
+                )
+    return merged
 
 
 def _scheme_options(scheme: str, login: str | None, password: str | None, fields: Mapping[str, Any]) -> dict[str, str]:
@@ -251,8 +316,7 @@ def parse_connection(
     extra: str | Mapping[str, Any] | None = None,
 ) -> LanceConnectionConfig:
     """Turn connection fields into a :class:`LanceConnectionConfig` (LanceConnectionError if malformed)."""
-    extra_fields = _extra_dict(extra)
-    fields = {name: _field(extra_fields, name) for name in CONN_FIELDS}
+    fields, top_level = _split_extra(_extra_dict(extra))
     root = host.strip().rstrip("/") or "/" if host and host.strip() else None
     scheme = _scheme(root) if root else ""
     options = _scheme_options(scheme, login, password, fields)
@@ -260,8 +324,8 @@ def parse_connection(
         options["allow_http"] = _as_bool_text("allow_http", fields["allow_http"])
     if fields["dynamodb_endpoint"]:
         options["dynamodb_endpoint"] = str(fields["dynamodb_endpoint"])
-    for key, value in _json_options(fields["storage_options"]).items():
-        options.setdefault(key, value)
+    pylance_names = {key: _option_text(value) for key, value in top_level.items()}
+    options = _merge(scheme, options, pylance_names, _json_options(fields["storage_options"]))
     table = fields["dynamodb_table_name"]
     if table and scheme not in ("s3", "s3+ddb"):
         raise LanceConnectionError("'dynamodb_table_name' needs an s3:// dataset root")

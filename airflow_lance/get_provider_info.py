@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_lance.assets.lance import ASSET_SCHEMES
+from airflow_lance.assets.lance import ASSET_SCHEMES, REFUSED_ASSET_SCHEMES
 from airflow_lance.connection import CONN_FIELDS, CONN_TYPE, HOOK_CLASS, HOOK_NAME, UI_FIELD_BEHAVIOUR
 
 PACKAGE_NAME = "airflow-lance"
@@ -21,7 +21,9 @@ def get_provider_info() -> dict[str, Any]:
             "schemes": list(ASSET_SCHEMES),
             "handler": "airflow_lance.assets.lance.sanitize_uri",
             "factory": "airflow_lance.assets.lance.create_asset",
-        }
+        },
+        # Stores without an atomic commit: their lance+ assets are refused when a DAG is parsed.
+        {"schemes": list(REFUSED_ASSET_SCHEMES), "handler": "airflow_lance.assets.lance.refuse_uri"},
     ]
     return {
         "package-name": PACKAGE_NAME,

@@ -16,6 +16,7 @@ from airflow_lance.core.errors import (
     LanceError,
     SchemaMismatchError,
     StorageError,
+    StoragePermissionError,
     TagAlreadyExistsError,
     TagNotFoundError,
     UnsupportedFeatureError,
@@ -45,6 +46,7 @@ from airflow_lance.core.optimize import (
     compact_files,
 )
 from airflow_lance.core.schema import LanceSchema
+from airflow_lance.core.storage.factory import ensure_committable
 from airflow_lance.core.tags import Tags
 from airflow_lance.core.transaction import IDEMPOTENCY_KEY, LanceOperation, Transaction
 from airflow_lance.core.write import write_fragments
@@ -79,6 +81,7 @@ __all__ = [
     "RewriteResult",
     "SchemaMismatchError",
     "StorageError",
+    "StoragePermissionError",
     "TagAlreadyExistsError",
     "TagNotFoundError",
     "TaggedVersionsError",
@@ -90,6 +93,7 @@ __all__ = [
     "commit_kartothek_import",
     "compact_files",
     "dataset",
+    "ensure_committable",
     "find_kartothek_datasets",
     "import_kartothek",
     "open_kartothek_table",

@@ -62,7 +62,14 @@ class UnsupportedFeatureError(LanceError, NotImplementedError):
 
 
 class StorageError(LanceError, OSError):
-    """An object store operation failed (network, permissions, ...)."""
+    """An object store operation failed (network, permissions, ...).
+
+    The message starts with the dataset URI and names the cause; it never holds a credential.
+    """
+
+
+class StoragePermissionError(StorageError, PermissionError):
+    """The store refused the request: wrong or missing credentials, or no permission."""
 
 
 class CommitConflictError(LanceError):

@@ -23,6 +23,7 @@ from airflow_lance.connection import (
     DEFAULT_CONN_ID,
     HOOK_NAME,
     LanceConnectionConfig,
+    LanceConnectionError,
     legacy_ui_field_behaviour,
     parse_connection,
 )
@@ -89,7 +90,10 @@ class LanceHook(BaseHook):
     def _parse(conn: Connection | None) -> LanceConnectionConfig:
         if conn is None:
             return LanceConnectionConfig(None, {})
-        config = parse_connection(conn.host, conn.login, conn.password, conn.extra)
+        try:
+            config = parse_connection(conn.host, conn.login, conn.password, conn.extra)
+        except LanceConnectionError as exc:
+            raise LanceConnectionError(f"connection {conn.conn_id!r}: {exc}") from None
         for secret in config.secret_values:
             mask_secret(secret)
         return config
@@ -114,6 +118,20 @@ class LanceHook(BaseHook):
     def resolve_uri(self, uri: str | os.PathLike[str]) -> str:
         """The full URI of a dataset given as a URI, a local path, an asset URI or a name below the root."""
         return self.config.resolve(os.fspath(uri))
+
+    def check_writable(self, uri: str | os.PathLike[str]) -> str:
+        """The full URI of ``uri`` once its store is known to commit atomically; writing operators
+        call it before anything runs (a Spark job, a data file).
+
+        Raises the core's ``UnsupportedFeatureError`` for stores without an atomic commit
+        (``ftp://``, ``http(s)://``, ``hdfs://``, ..., unless storage option ``allow_unsafe_commit``)
+        naming the scheme and the stores that work, and ``InvalidInputError`` for storage options
+        the store cannot take (S3 credentials with an ``http://`` URI, a misspelt option). Decided
+        from the URI and the options: no request is sent.
+        """
+        full = self.resolve_uri(uri)
+        lance.ensure_committable(full, self.storage_options)
+        return full
 
     # -- datasets -----------------------------------------------------------------------
     def get_dataset(self, uri: str, version: int | str | None = None) -> lance.LanceDataset:

@@ -158,7 +158,7 @@ class KartothekToLanceOperator(BaseOperator):
         for value in self.source_storage_options.values():
             mask_secret(value)
         start = time.monotonic()
-        uri = self.hook.resolve_uri(self.target)
+        uri = self.hook.check_writable(self.target)  # unsupported stores fail before anything runs
         self.log.info("Importing table %r of Kartothek dataset %r in %s into %s (mode %s, partition columns %s, "
                       "execution %s)", self.table, self.dataset_uuid, self.store_uri, uri, self.mode,
                       self.partition_columns, self.execution)

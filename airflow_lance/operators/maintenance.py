@@ -271,6 +271,7 @@ class LanceCompactFilesOperator(_LanceMaintenanceOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         self._check_mode(self.mode)
         options = compaction_options(self.compaction_options)
+        self.hook.check_writable(self.uri)
         ds = self.hook.get_dataset(self.uri)
         before = len(ds.get_fragments())
         plan = lance.Compaction.plan(ds, options)
@@ -422,6 +423,8 @@ class LanceCleanupOldVersionsOperator(_LanceMaintenanceOperator):
         older_than = _as_older_than(self.older_than)
         retain_versions = _as_optional_int("retain_versions", self.retain_versions)
         dry_run = _as_bool("dry_run", self.dry_run)
+        if not dry_run:
+            self.hook.check_writable(self.uri)
         ds = self.hook.get_dataset(self.uri)
         versions_before = len(ds.versions())
         stats = lance.cleanup_old_versions(
@@ -483,6 +486,7 @@ class LanceCreateTagOperator(_LanceMaintenanceOperator):
         self.update_existing = update_existing
 
     def execute(self, context: Context) -> dict[str, Any]:
+        self.hook.check_writable(self.uri)
         ds = self.hook.get_dataset(self.uri)
         version = _as_optional_int("version", self.version)
         version = ds.version if version is None else version
@@ -527,6 +531,7 @@ class LanceDeleteTagOperator(_LanceMaintenanceOperator):
         self.missing_ok = missing_ok
 
     def execute(self, context: Context) -> dict[str, Any]:
+        self.hook.check_writable(self.uri)
         ds = self.hook.get_dataset(self.uri)
         entry = ds.tags.list().get(self.tag)
         if entry is None:
@@ -569,6 +574,7 @@ class LanceRestoreOperator(_LanceMaintenanceOperator):
         target: int | str = self.version
         if isinstance(target, str) and target.strip().isdigit():
             target = int(target)
+        self.hook.check_writable(self.uri)
         old = self.hook.get_dataset(self.uri, target)
         read_version = old.latest_version
         new = old.restore()

@@ -220,7 +220,7 @@ class LanceSparkWriteOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         start = time.monotonic()
         mode = self._check_mode(self.mode)
-        uri = self.hook.resolve_uri(self.uri)
+        uri = self.hook.check_writable(self.uri)  # unsupported stores fail before the Spark job
         key = self.idempotency_key or default_idempotency_key(context)
         if context["ti"].try_number > 1 or self.idempotency_key:
             landed = self.hook.find_idempotent_commit(uri, key)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import jsonschema
+import pytest
 
 from airflow_lance.assets.lance import ASSET_SCHEMES
 from airflow_lance.connection import CONN_FIELDS
@@ -73,3 +74,47 @@ def test_airflow_cli_lists_the_provider_and_its_connection_type() -> None:
                            capture_output=True, text=True, check=True).stdout
     rows = json.loads(hooks[hooks.index("["):])
     assert any(r["connection_type"] == "lance" and r["class"] == "airflow_lance.hooks.lance.LanceHook" for r in rows)
+
+
+def test_the_api_servers_form_metadata_carries_the_placeholders_and_examples() -> None:
+    """What Airflow 3's connection form receives (``GET /ui/connections/hook_meta``): the standard
+    fields' placeholders and relabels, and each extra field's schema with its ``examples`` (the
+    form's suggestions; it shows no placeholder of an extra field otherwise)."""
+    from airflow.api_fastapi.core_api.services.ui.connections import HookMetaService
+    from airflow.providers_manager import ProvidersManager
+
+    from airflow_lance.connection import UI_FIELD_BEHAVIOUR
+
+    behaviour = ProvidersManager().field_behaviours["lance"]
+    widgets = ProvidersManager().connection_form_widgets
+    for key in behaviour["placeholders"]:  # every declared placeholder names a field of the form
+        assert key in {"host", "login", "password"} or key in widgets, key
+    (meta,) = [m for m in HookMetaService.hook_meta_data() if m.connection_type == "lance"]
+    assert meta.standard_fields is not None and meta.standard_fields.host is not None
+    assert meta.standard_fields.host.placeholder == UI_FIELD_BEHAVIOUR["placeholders"]["host"]
+    assert meta.standard_fields.host.title == "Dataset root URI"
+    assert meta.standard_fields.login.placeholder == UI_FIELD_BEHAVIOUR["placeholders"]["login"]
+    assert meta.standard_fields.port.hidden
+    extra = meta.extra_fields
+    assert set(extra) == set(CONN_FIELDS)
+    assert extra["region"]["schema"]["examples"] == ["us-east-1"]
+    assert extra["endpoint"]["schema"]["examples"] == ["http://127.0.0.1:9000"]
+    assert extra["storage_options"]["schema"]["examples"] == ['{"aws_virtual_hosted_style_request": "true"}']
+    assert extra["region"]["schema"]["title"] == "Region"
+    assert "Example: us-east-1" in extra["region"]["description"]
+    assert "examples" not in extra["session_token"]["schema"]
+
+
+def test_assets_of_unsupported_stores_are_refused_by_airflow_itself() -> None:
+    from airflow.sdk import Asset
+    from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime
+
+    import airflow_lance.core as lance
+    from airflow_lance.assets.lance import REFUSED_ASSET_SCHEMES
+
+    assert set(REFUSED_ASSET_SCHEMES) <= set(ProvidersManagerTaskRuntime().asset_uri_handlers)
+    for uri in ("lance+ftp://files.example/lake/ds.lance", "lance+https://files.example/ds.lance",
+                "lance+hdfs://namenode:8020/ds.lance"):
+        with pytest.raises(lance.UnsupportedFeatureError, match="is not a store the provider writes Lance"):
+            Asset(uri)
+    assert Asset("lance+s3://bucket/ds.lance").uri == "lance+s3://bucket/ds.lance"

@@ -97,3 +97,35 @@ def test_secrets_are_scrubbed_from_messages():
     options = {"aws_secret_access_key": "s3cr3t-value", "azure_storage_sas_key": "sv=1&sig=abcd"}
     text = "failed https://acct.blob/x?sv=1&sig=zzzz with s3cr3t-value"
     assert opts.redact(text, opts.secret_values(options)) == "failed https://acct.blob/x?sv=1&sig=*** with ***"
+
+
+def test_http_dataset_with_s3_credentials_is_invalid_input_not_a_type_error():
+    """The S3 credentials used to reach aiohttp as arguments: TypeError from ClientSession._request."""
+    options = {"aws_access_key_id": "a", "aws_secret_access_key": "bbbb-secret"}
+    for attempt in (lambda: lance.dataset("http://127.0.0.1:1/x.lance", storage_options=options),
+                    lambda: lance.write_dataset(pa.table({"a": [1]}), "http://127.0.0.1:1/x.lance",
+                                                storage_options=options)):
+        with pytest.raises(InvalidInputError) as raised:
+            attempt()
+        assert str(raised.value) == (
+            "http://127.0.0.1:1/x.lance: storage option(s) ['aws_access_key_id', 'aws_secret_access_key'] are S3 "
+            "options and do not apply to the http:// dataset; S3 datasets have s3://, s3a://, s3+ddb:// URIs. For "
+            "an S3-compatible server use s3://BUCKET/path with aws_endpoint='http://HOST:PORT' and allow_http='true'."
+        )
+
+
+def test_generic_stores_get_only_the_options_pylance_does_not_know():
+    """pylance's common options (allow_http, timeout, ...) are never fsspec arguments; others pass through."""
+    assert opts.fsspec_passthrough({"allow_http": "true", "timeout": "5s", "block_size": 10, "username": "u"}) == {
+        "username": "u"}
+    store = open_store("memory://passthrough/ds.lance", {"allow_http": "true", "aws_region": "eu-west-1"})
+    store.write("k", b"v")  # memory:// ignores cloud options, as a local path does
+    assert store.read("k") == b"v"
+
+
+def test_unknown_options_get_the_nearest_name_the_store_takes():
+    """``regoin`` is near S3's ``region``, which an Azure store ignores: no suggestion there."""
+    with pytest.raises(InvalidInputError, match=r"^unknown storage option 'azure_storage_acount_name' \(did you mean "
+                                                r"'azure_storage_account_name'\?\); unknown storage option 'regoin': "
+                                                r"use pylance's names"):
+        opts.resolve("azure", {"regoin": "x", "azure_storage_acount_name": "y"})

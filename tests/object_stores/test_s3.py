@@ -15,6 +15,8 @@ from airflow_lance.core.manifest import latest_version
 from airflow_lance.core.storage import open_store
 from airflow_lance.core.storage.s3 import FIRST_PAGE, Outcome, S3Store, classify
 
+from . import servers
+
 
 def _client_error(code: str, status: int, condition: str | None = None) -> ClientError:
     error = {"Code": code, "Message": "m"}
@@ -97,7 +99,8 @@ def test_plain_http_endpoint_needs_allow_http(s3_moto):
 def test_unknown_storage_option_is_rejected_by_name_only(s3_moto):
     with pytest.raises(InvalidInputError) as raised:
         open_store(s3_moto.new_uri("ds"), {**s3_moto.options, "aws_endpoit": "http://typo"})
-    assert "aws_endpoit" in str(raised.value) and "http://typo" not in str(raised.value)
+    assert str(raised.value).startswith("unknown storage option 'aws_endpoit' (did you mean 'aws_endpoint'?)")
+    assert "http://typo" not in str(raised.value)
 
 
 def test_wrong_secret_is_a_storage_error_that_never_shows_the_secret(s3_seaweedfs, caplog):
@@ -114,6 +117,41 @@ def test_wrong_secret_is_a_storage_error_that_never_shows_the_secret(s3_seaweedf
     assert secret not in " ".join(chain)
     assert secret not in caplog.text
     assert secret not in repr(store)
+
+
+def _keys_under(s3_seaweedfs, uri: str) -> list[str]:
+    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+    client = servers.botocore_client("s3", s3_seaweedfs.server.endpoint)
+    return [item["Key"] for item in client.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])]
+
+
+@pytest.mark.parametrize(("option", "value", "code"), [
+    ("aws_secret_access_key", "Sup3r-Secret-Value-That-Must-Not-Leak", "SignatureDoesNotMatch"),
+    ("aws_access_key_id", "NoSuchKeyId-7734", "InvalidAccessKeyId"),
+])
+def test_refused_credentials_name_the_dataset_and_the_cause_and_write_nothing(s3_seaweedfs, option, value, code):
+    uri = s3_seaweedfs.new_uri("events.lance")
+    options = {**s3_seaweedfs.options, option: value}
+    for attempt in (lambda: lance.dataset(uri, storage_options=options),
+                    lambda: lance.write_dataset(pa.table({"a": [1]}), uri, storage_options=options)):
+        with pytest.raises(lance.StoragePermissionError) as raised:
+            attempt()
+        message = str(raised.value)
+        assert message.startswith(f"{uri}: access denied (_versions): {code}: ")
+        assert message.endswith("Check the credentials in the storage options "
+                                "(aws_access_key_id, aws_secret_access_key, aws_session_token)")
+        assert "Sup3r-Secret" not in message
+        assert isinstance(raised.value, PermissionError) and isinstance(raised.value, StorageError)
+    assert _keys_under(s3_seaweedfs, uri) == []
+
+
+def test_missing_bucket_names_the_dataset_and_the_bucket(s3_seaweedfs):
+    uri = "s3://no-such-bucket-3e8a/lake/events.lance"
+    for attempt in (lambda: lance.dataset(uri, storage_options=s3_seaweedfs.options),
+                    lambda: lance.write_dataset(pa.table({"a": [1]}), uri, storage_options=s3_seaweedfs.options)):
+        with pytest.raises(StorageError) as raised:
+            attempt()
+        assert str(raised.value) == f"{uri}: bucket 'no-such-bucket-3e8a' does not exist"
 
 
 def test_s3_express_buckets_are_not_treated_as_lexically_ordered(s3_moto):

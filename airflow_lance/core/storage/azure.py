@@ -36,6 +36,9 @@ class AzureStore(FsspecStore):
             raise UnsupportedFeatureError("az:// needs adlfs: pip install 'airflow-lance[azure]'") from None
         return fsspec.core.url_to_fs(self._target, **self._kwargs)
 
+    def _credential_hint(self) -> str:
+        return "azure_storage_account_name with azure_storage_account_key or azure_storage_sas_key"
+
     def _backend_errors(self) -> tuple[type[BaseException], ...]:
         from azure.core.exceptions import AzureError
 

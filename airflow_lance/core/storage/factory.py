@@ -76,3 +76,11 @@ def open_store(uri: str | os.PathLike[str], storage_options: Mapping[str, Any] |
         if isinstance(exc, InvalidInputError):
             raise
         raise InvalidInputError(f"cannot open {text!r}: {type(exc).__name__}: {exc}") from None
+
+
+def ensure_committable(uri: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None) -> None:
+    """Raise before any work when ``uri`` cannot take a commit: ``UnsupportedFeatureError`` for a
+    store without an atomic put-if-not-exists (``ftp://``, ``http(s)://``, ``hdfs://``, ... unless
+    ``allow_unsafe_commit``), ``InvalidInputError`` for options the store cannot take. Decided from
+    the URI and the options: no request is sent."""
+    open_store(uri, storage_options).ensure_committable()

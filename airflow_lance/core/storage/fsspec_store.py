@@ -25,7 +25,13 @@ from typing import Any, BinaryIO, TypeVar
 import fsspec
 import pyarrow as pa
 
-from airflow_lance.core.errors import InvalidInputError, LanceError, StorageError, UnsupportedFeatureError
+from airflow_lance.core.errors import (
+    InvalidInputError,
+    LanceError,
+    StorageError,
+    StoragePermissionError,
+    UnsupportedFeatureError,
+)
 from airflow_lance.core.storage import options as opts
 from airflow_lance.core.storage.base import FileInfo, ObjectStore
 
@@ -45,6 +51,24 @@ def _mtime(info: dict[str, Any]) -> float:
         return float(value or 0.0)
     except (TypeError, ValueError):
         return 0.0
+
+
+def _is_permission_error(exc: BaseException) -> bool:
+    """Whether ``exc`` (or its cause) says the request was refused: PermissionError, HTTP 401/403."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, PermissionError):
+            return True
+        status = getattr(current, "status_code", None) or getattr(current, "code", None)
+        response = getattr(current, "response", None)
+        if isinstance(response, dict):
+            status = response.get("ResponseMetadata", {}).get("HTTPStatusCode", status)
+        if status in (401, 403):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def unsafe_commit_message(uri: str, protocol: str) -> str:
@@ -83,7 +107,7 @@ class FsspecStore(ObjectStore):
     # -- construction, pickling -------------------------------------------------
     def _validate(self) -> None:
         """Check the URI and options eagerly (subclasses translate the options here)."""
-        protocol = fsspec.core.split_protocol(self._target)[0] or "file"
+        protocol = self._target_protocol()
         try:
             fsspec.get_filesystem_class(protocol)
         except ImportError as exc:
@@ -92,11 +116,15 @@ class FsspecStore(ObjectStore):
             ) from None
         except ValueError:
             raise InvalidInputError(f"unknown protocol {protocol!r} in {self.uri!r}") from None
+        if protocol != "memory":  # like a local path, memory:// ignores the cloud stores' options
+            opts.check_options_apply(self.uri, protocol, self._options)
+
+    def _target_protocol(self) -> str:
+        return fsspec.core.split_protocol(self._target)[0] or "file"
 
     def _make_fs(self) -> tuple[fsspec.AbstractFileSystem, str]:
-        """Create the filesystem and the root path inside it."""
-        kwargs = {k: v for k, v in self._options.items() if k.lower() != "allow_unsafe_commit"}
-        return fsspec.core.url_to_fs(self._target, **kwargs)
+        """Create the filesystem and the root path inside it (pylance's options are not fsspec's)."""
+        return fsspec.core.url_to_fs(self._target, **opts.fsspec_passthrough(self._options))
 
     @property
     def fs(self) -> fsspec.AbstractFileSystem:
@@ -127,8 +155,23 @@ class FsspecStore(ObjectStore):
         return (OSError, ValueError)
 
     def _error(self, path: str, exc: BaseException) -> StorageError:
-        message = opts.redact(f"{path or self.uri}: {type(exc).__name__}: {exc}", self._secrets)
-        return StorageError(message)
+        """The dataset URI, the cause and the file: a :class:`StoragePermissionError` when the store
+        refused the request (wrong or missing credentials, no permission)."""
+        where = f" ({path})" if path else ""
+        cause = self._cause(exc).rstrip(".")
+        if _is_permission_error(exc):
+            message = (f"{self.uri}: access denied{where}: {cause}. "
+                       f"Check the credentials in the storage options ({self._credential_hint()})")
+            return StoragePermissionError(opts.redact(message, self._secrets))
+        return StorageError(opts.redact(f"{self.uri}: {cause}{where}", self._secrets))
+
+    def _cause(self, exc: BaseException) -> str:
+        """What went wrong, in the backend's words."""
+        return f"{type(exc).__name__}: {exc}"
+
+    def _credential_hint(self) -> str:
+        """The storage options that hold this store's credentials (for messages)."""
+        return "the fsspec credential arguments"
 
     def _leaks(self, exc: BaseException) -> bool:
         text = str(exc)
@@ -210,9 +253,11 @@ class FsspecStore(ObjectStore):
         self._call(source, self.fs.copy, self._abs(source), self._abs(target))
 
     def ensure_committable(self) -> None:
-        if self.conditional_put or self._is_memory() or self.unsafe_commit:
+        """Decided from the URI alone: no connection is made (an ftp:// or hdfs:// filesystem connects
+        when it is created)."""
+        if self.conditional_put or self.unsafe_commit or self._target_protocol() == "memory":
             return
-        raise UnsupportedFeatureError(unsafe_commit_message(self.uri, self._protocol()))
+        raise UnsupportedFeatureError(unsafe_commit_message(self.uri, self._target_protocol()))
 
     def put_if_not_exists(self, path: str, data: bytes) -> bool:
         if self._is_memory():
@@ -274,10 +319,6 @@ class FsspecStore(ObjectStore):
             pass
 
     # -- helpers ------------------------------------------------------------------------
-    def _protocol(self) -> str:
-        protocol = self.fs.protocol
-        return protocol[0] if isinstance(protocol, tuple) else protocol
-
     def _is_memory(self) -> bool:
         protocols = self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,)
         return "memory" in protocols

@@ -47,6 +47,9 @@ class GcsStore(FsspecStore):
         root = f"{self._bucket}/{self._prefix}" if self._prefix else self._bucket
         return GCSFileSystem(**self._kwargs), root
 
+    def _credential_hint(self) -> str:
+        return "google_service_account, google_service_account_key or google_storage_token"
+
     def _backend_errors(self) -> tuple[type[BaseException], ...]:
         from gcsfs.retry import HttpError
         from google.auth.exceptions import GoogleAuthError

@@ -12,7 +12,7 @@ from typing import BinaryIO
 
 import pyarrow as pa
 
-from airflow_lance.core.errors import InvalidInputError, StorageError
+from airflow_lance.core.errors import InvalidInputError, StorageError, StoragePermissionError
 from airflow_lance.core.storage.base import FileInfo, ObjectStore
 from airflow_lance.core.storage.direct import DIRECT_AFTER_BYTES, MODES, DirectFileWriter, use_direct_io
 
@@ -22,10 +22,13 @@ def _temp_name(path: str) -> str:
     return os.path.join(directory, f".tmp-{name}-{uuid.uuid4().hex}")
 
 
-def _translate(exc: OSError, path: str) -> Exception:
+def _translate(exc: OSError, uri: str, path: str) -> Exception:
+    """FileNotFoundError as is; anything else a StorageError (StoragePermissionError when refused)
+    naming the dataset URI first, then the file."""
     if isinstance(exc, FileNotFoundError):
         return exc
-    return StorageError(f"{path}: {exc.strerror or exc}")
+    cls = StoragePermissionError if isinstance(exc, PermissionError) else StorageError
+    return cls(f"{uri}: {exc.strerror or exc} ({path})")
 
 
 class LocalStore(ObjectStore):
@@ -59,7 +62,7 @@ class LocalStore(ObjectStore):
             with open(self._abs(path), "rb") as handle:
                 return handle.read()
         except OSError as exc:
-            raise _translate(exc, path) from exc
+            raise _translate(exc, self.uri, path) from exc
 
     def read_range(self, path: str, offset: int, length: int) -> bytes:
         try:
@@ -67,7 +70,7 @@ class LocalStore(ObjectStore):
                 handle.seek(offset)
                 return handle.read(length)
         except OSError as exc:
-            raise _translate(exc, path) from exc
+            raise _translate(exc, self.uri, path) from exc
 
     def open_input(self, path: str) -> pa.NativeFile:
         try:
@@ -75,13 +78,13 @@ class LocalStore(ObjectStore):
         except FileNotFoundError:
             raise
         except OSError as exc:  # pyarrow raises FileNotFoundError for missing files
-            raise _translate(exc, path) from exc
+            raise _translate(exc, self.uri, path) from exc
 
     def size(self, path: str) -> int:
         try:
             return os.stat(self._abs(path)).st_size
         except OSError as exc:
-            raise _translate(exc, path) from exc
+            raise _translate(exc, self.uri, path) from exc
 
     def write(self, path: str, data: bytes) -> None:
         with self.open_output(path) as handle:
@@ -101,7 +104,7 @@ class LocalStore(ObjectStore):
             else:
                 handle = open(temp, "wb")
         except OSError as exc:
-            raise _translate(exc, path) from exc
+            raise _translate(exc, self.uri, path) from exc
         try:
             with handle:
                 yield handle
@@ -128,7 +131,7 @@ class LocalStore(ObjectStore):
                 return self._create_exclusive(final, data)
             return True
         except OSError as exc:
-            raise _translate(exc, path) from exc
+            raise _translate(exc, self.uri, path) from exc
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(temp)
@@ -153,7 +156,7 @@ class LocalStore(ObjectStore):
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
         except OSError as exc:
-            raise _translate(exc, path) from exc
+            raise _translate(exc, self.uri, path) from exc
 
     def list(self, prefix: str) -> list[FileInfo]:
         base = self._abs(prefix)
@@ -166,7 +169,7 @@ class LocalStore(ObjectStore):
             except FileNotFoundError:
                 continue
             except OSError as exc:
-                raise _translate(exc, prefix) from exc
+                raise _translate(exc, self.uri, prefix) from exc
             for entry in entries:
                 if entry.is_dir(follow_symlinks=False):
                     stack.append(entry.path)
@@ -186,7 +189,7 @@ class LocalStore(ObjectStore):
         except FileNotFoundError:
             return []
         except OSError as exc:
-            raise _translate(exc, prefix) from exc
+            raise _translate(exc, self.uri, prefix) from exc
 
     def delete(self, path: str) -> None:
         try:
@@ -194,4 +197,4 @@ class LocalStore(ObjectStore):
         except FileNotFoundError:
             pass
         except OSError as exc:
-            raise _translate(exc, path) from exc
+            raise _translate(exc, self.uri, path) from exc

@@ -23,6 +23,7 @@ Lance keys handled beyond object_store's: ``dynamodb_endpoint`` (for
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import os
 import re
@@ -158,22 +159,90 @@ class Resolved:
         return is_true(self.values.get(key, "false"))
 
 
+#: Every option name (canonical or alias) some backend, or every backend, knows.
+KNOWN_OPTIONS = frozenset(_COMMON).union(*(set(t) for t in _BACKENDS.values()))
+_SCHEME_BACKENDS = {"s3": "s3", "s3a": "s3", "s3+ddb": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure",
+                    "abfs": "azure", "abfss": "azure", "adl": "azure"}
+_BACKEND_NAMES = {"s3": "S3", "azure": "Azure", "gcs": "GCS"}
+
+
+def backend_of_scheme(scheme: str) -> str:
+    """The option backend ("s3", "azure", "gcs") of a URI scheme, "other" for the rest."""
+    return _SCHEME_BACKENDS.get(scheme.lower(), "other")
+
+
+def canonical_name(key: str, backend: str = "other") -> str:
+    """The canonical name of option ``key`` for ``backend`` (lower-cased ``key`` if it has none)."""
+    lowered = key.lower()
+    return {**_COMMON, **_BACKENDS.get(backend, {})}.get(lowered, lowered)
+
+
+def closest(name: str, candidates: Iterable[str]) -> str | None:
+    """The candidate nearest to a misspelt ``name`` (difflib), or None when none is close."""
+    found = difflib.get_close_matches(name.lower(), sorted(set(candidates)), n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def unknown_key_message(key: str, candidates: Iterable[str], what: str = "storage option") -> str:
+    """``unknown <what> 'key'``, with the nearest valid name when one is close (never the value)."""
+    suggestion = closest(key, candidates)
+    hint = f" (did you mean {suggestion!r}?)" if suggestion else ""
+    return f"unknown {what} {key!r}{hint}"
+
+
+def foreign_backend_keys(options: Mapping[str, Any] | None) -> dict[str, list[str]]:
+    """Backend -> the keys of ``options`` only that backend knows (S3, Azure or GCS options)."""
+    found: dict[str, list[str]] = {}
+    for raw_key in options or {}:
+        key = str(raw_key).lower()
+        if key in _COMMON:
+            continue
+        owners = [name for name, table in _BACKENDS.items() if key in table]
+        if len(owners) == 1:
+            found.setdefault(owners[0], []).append(str(raw_key))
+    return found
+
+
+def check_options_apply(uri: str, scheme: str, options: Mapping[str, Any] | None) -> None:
+    """InvalidInputError when a store that is no cloud backend gets a cloud backend's options
+    (S3 credentials for an ``http://`` URI would otherwise reach the HTTP client as arguments)."""
+    for backend, keys in foreign_backend_keys(options).items():
+        name = _BACKEND_NAMES[backend]
+        hint = ""
+        if backend == "s3" and scheme in ("http", "https"):
+            hint = f" For an S3-compatible server use s3://BUCKET/path with aws_endpoint='{scheme}://HOST:PORT'"
+            hint += " and allow_http='true'." if scheme == "http" else "."
+        raise InvalidInputError(
+            f"{uri}: storage option(s) {sorted(keys)} are {name} options and do not apply to the {scheme}:// "
+            f"dataset; {name} datasets have {_scheme_list(backend)} URIs.{hint}"
+        )
+
+
+def _scheme_list(backend: str) -> str:
+    return ", ".join(f"{s}://" for s, b in _SCHEME_BACKENDS.items() if b == backend)
+
+
+def fsspec_passthrough(options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The options a generic fsspec filesystem receives: those pylance does not know."""
+    return {k: v for k, v in (options or {}).items() if str(k).lower() not in KNOWN_OPTIONS}
+
+
 def resolve(backend: str, options: Mapping[str, Any] | None) -> Resolved:
     """Canonicalize ``options`` for ``backend`` ("s3", "azure", "gcs" or "other")."""
     table = {**_COMMON, **_BACKENDS.get(backend, {})}
-    known_anywhere = set(_COMMON).union(*(set(t) for t in _BACKENDS.values()))
     values: dict[str, str] = {}
     unknown = []
     for raw_key, value in (options or {}).items():
         key = str(raw_key).lower()
         if key in table:
             values[table[key]] = str(value)
-        elif key not in known_anywhere:
+        elif key not in KNOWN_OPTIONS:
             unknown.append(str(raw_key))
     if unknown:
+        problems = "; ".join(unknown_key_message(key, table) for key in sorted(unknown))
         raise InvalidInputError(
-            f"unknown storage option(s) {sorted(unknown)}: use pylance's names, e.g. aws_access_key_id, "
-            "aws_endpoint, allow_http, azure_storage_account_name, google_service_account"
+            f"{problems}: use pylance's names, e.g. aws_access_key_id, aws_endpoint, allow_http, "
+            "azure_storage_account_name, google_service_account"
         )
     return Resolved(backend, values)
 

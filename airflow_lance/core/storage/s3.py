@@ -112,6 +112,13 @@ class S3Store(FsspecStore):
 
         return (OSError, ValueError, BotoCoreError, ClientError)
 
+    def _credential_hint(self) -> str:
+        return "aws_access_key_id, aws_secret_access_key, aws_session_token"
+
+    def _cause(self, exc: BaseException) -> str:
+        info = _client_error_info(exc)  # S3's error code says more than s3fs's exception class
+        return f"{info[0]}: {exc}" if info and info[0] else super()._cause(exc)
+
     def _key(self, path: str) -> str:
         return f"{self._prefix}/{path}" if self._prefix else path
 

@@ -128,3 +128,51 @@ def test_legacy_form_methods_match_the_declarative_fields() -> None:
     widgets = LanceHook.get_connection_form_widgets()
     assert set(widgets) == {"region", "endpoint", "session_token", "allow_http", "dynamodb_table_name",
                             "dynamodb_endpoint", "storage_options"}
+
+
+@pytest.mark.parametrize("host", ["ftp://127.0.0.1:1/lake", "hdfs://127.0.0.1:1/lake", "https://127.0.0.1:1/lake",
+                                  "http://127.0.0.1:1/lake"])
+def test_check_writable_refuses_stores_without_atomic_commit_without_contacting_them(
+        monkeypatch: pytest.MonkeyPatch, host: str) -> None:
+    """Nothing listens on port 1 and there is no JVM for hdfs: the refusal comes from the URI alone
+    (before, an ftp:// or hdfs:// store connected while it was checked and failed with a StorageError)."""
+    monkeypatch.setenv(*connection_env("lance_other", conn_type="lance", host=host))
+    scheme = host.split("://")[0]
+    with pytest.raises(lance.UnsupportedFeatureError) as raised:
+        LanceHook(lance_conn_id="lance_other").check_writable("events.lance")
+    assert str(raised.value).startswith(
+        f"cannot commit to '{host}/events.lance': fsspec protocol '{scheme}' has no atomic put-if-not-exists")
+    assert "(a local path, s3://, gs://, az://)" in str(raised.value)
+
+
+def test_check_writable_returns_the_uri_of_stores_that_commit(root: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
+                                                              ) -> None:
+    assert LanceHook(lance_conn_id="lance_local").check_writable("ds.lance") == f"file://{root}/ds.lance"
+    monkeypatch.setenv(*connection_env("lance_s3w", conn_type="lance", host="s3://bucket/p", login="AKID",
+                                       password=SECRET, extra={"endpoint": "http://127.0.0.1:1", "allow_http": True}))
+    assert LanceHook(lance_conn_id="lance_s3w").check_writable("ds.lance") == "s3://bucket/p/ds.lance"
+    assert LanceHook(lance_conn_id="lance_s3w").check_writable("memory://x/ds.lance") == "memory://x/ds.lance"
+    monkeypatch.setenv(*connection_env("lance_unsafe", conn_type="lance", host="ftp://127.0.0.1:1/lake",
+                                       extra={"allow_unsafe_commit": "true"}))
+    assert LanceHook(lance_conn_id="lance_unsafe").check_writable("ds.lance") == "ftp://127.0.0.1:1/lake/ds.lance"
+
+
+def test_http_dataset_with_s3_credentials_is_invalid_input_not_a_type_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(*connection_env("lance_http", conn_type="lance", host="http://127.0.0.1:1/lake",
+                                       extra={"aws_access_key_id": "AKID", "aws_secret_access_key": SECRET}))
+    hook = LanceHook(lance_conn_id="lance_http")
+    for call in (lambda: hook.get_dataset("ds.lance"), lambda: hook.check_writable("ds.lance")):
+        with pytest.raises(lance.InvalidInputError) as raised:
+            call()
+        assert str(raised.value).startswith("http://127.0.0.1:1/lake/ds.lance: storage option(s) "
+                                            "['aws_access_key_id', 'aws_secret_access_key'] are S3 options")
+        assert SECRET not in str(raised.value)
+
+
+def test_connection_errors_name_the_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(*connection_env("lance_typo", conn_type="lance", host="s3://bucket",
+                                       extra={"regoin": "eu-west-1"}))
+    with pytest.raises(LanceConnectionError) as raised:
+        LanceHook(lance_conn_id="lance_typo").resolve_uri("ds.lance")
+    assert str(raised.value).startswith(
+        "connection 'lance_typo': unknown key 'regoin' (did you mean 'region'?) in the connection extra")
