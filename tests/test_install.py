@@ -1,7 +1,7 @@
 """The README's install line, run in a fresh virtualenv: the provider registers and ``spark-submit`` works.
 
 The line is read from the README's Install section (README and test cannot drift) and the
-package name in it is replaced by this checkout's path. pip reaches PyPI through its usual
+package name in it is replaced by the path of a copy of this checkout's package sources. pip reaches PyPI through its usual
 cache, so a second run takes a fraction of the first one's time (Airflow and pyspark are
 large); the subprocesses have generous but finite timeouts.
 """
@@ -12,6 +12,7 @@ import os
 import pathlib
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -50,7 +51,11 @@ def test_readme_install_line_in_a_fresh_virtualenv(tmp_path: pathlib.Path) -> No
     line = readme_install_line()
     args = shlex.split(line)
     assert args[:2] == ["pip", "install"] and args[2].startswith("airflow-lance")
-    requirement = str(REPO) + args[2][len("airflow-lance"):]
+    source = tmp_path / "airflow-lance"  # a copy of what the package is built from: pip builds in it
+    shutil.copytree(REPO / "airflow_lance", source / "airflow_lance", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, source / name)
+    requirement = str(source) + args[2][len("airflow-lance"):]
     venv = tmp_path / "venv"
     base_python = getattr(sys, "_base_executable", sys.executable)
     subprocess.run([base_python, "-m", "venv", str(venv)], check=True, timeout=120)
