@@ -7,8 +7,13 @@
    (a staged result of an earlier try of the same write is reused instead).
 3. Commit one Append / Overwrite (or the dataset's first version) from the staged
    fragments, with an idempotency key built from dag_id, run_id, task_id and map_index:
-   a retried task never appends twice and never loses its rows.
+   a retried task never appends twice and never loses its rows (``rewrite_on_retry=True``
+   adds the try number: every try writes anew, which may append the same rows again).
 4. Return a JSON-ready summary and set it as the extra of the dataset's asset event.
+
+The log has one line per step (source, Spark job, commit) and a closing line with rows,
+fragments, size (``104.2 MiB (109,264,512 bytes)``), version and the durations of the Spark
+job (spark-submit start to exit, measured here), the commit and the whole task.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ from airflow.providers.common.compat.sdk import BaseOperator
 import airflow_lance.core as lance
 from airflow_lance.assets.lance import emit_dataset_event, with_dataset_outlet
 from airflow_lance.connection import DEFAULT_CONN_ID
-from airflow_lance.hooks.lance import LanceHook
+from airflow_lance.hooks.lance import IDEMPOTENCY_LOOKBACK, LanceHook
+from airflow_lance.operators._log_format import human_bytes
 from airflow_lance.operators._spark_submit import (
     LanceSparkJobError,
     LanceStagedResultError,
@@ -37,6 +43,7 @@ from airflow_lance.spark.spec import (
     WriteJobResult,
     WriteJobSpec,
     WriteMode,
+    check_against_dataset,
     staging_location,
 )
 
@@ -48,6 +55,10 @@ def default_idempotency_key(context: Context) -> str:
     """``dag_id/run_id/task_id/map_index`` of the running task instance (not the try number)."""
     ti = context["ti"]
     return f"{ti.dag_id}/{ti.run_id}/{ti.task_id}/{ti.map_index}"
+
+
+#: transaction properties naming the task instance that committed a version (try number aside)
+_TASK_INSTANCE_PROPERTIES = ("airflow.dag_id", "airflow.run_id", "airflow.task_id", "airflow.map_index")
 
 
 def _summary(uri: str, mode: str, version: int, read_version: int, fragments: Sequence[lance.FragmentMetadata],
@@ -93,14 +104,27 @@ class LanceSparkWriteOperator(BaseOperator):
     :param data_storage_version: Lance file format of a new dataset (``"2.0"``, ``"2.1"``,
         ``"2.2"``; default: the core's, as pylance's). Appends keep the dataset's format.
     :param fixed_size_lists: array columns to store as fixed-size lists, ``{column: size}``
-        (e.g. ``{"embedding": 768}``): Spark arrays have no fixed size, but Lance's vector
-        indices need ``fixed_size_list<float>[dim]``. A Spark column whose metadata holds
-        ``arrow.fixed-size-list.size`` (lance-spark's convention) is stored so too. A row of
-        another length fails the job; appends keep the dataset's types. (templated)
+        (e.g. ``{"embedding": 768}``) or ``{column: (size, element type)}`` (e.g.
+        ``{"embedding": (768, "float32")}``, also ``[768, "float32"]``: the elements are cast,
+        so a JSON source's doubles become ``fixed_size_list<float32>[768]``). Spark arrays have
+        no fixed size, but Lance's vector indices need ``fixed_size_list<float>[dim]``. A Spark
+        column whose metadata holds ``arrow.fixed-size-list.size`` (lance-spark's convention) is
+        stored so too. A row of another length fails the job; appends keep the dataset's types.
+        (templated)
+    :param cast: columns cast on the executors (vectorised, Arrow's cast), ``{column: type}``
+        with pyarrow type names (``float32``, ``float64``, ``int64``, ``string``, ``bool``,
+        ``date32``, ``timestamp[us]``, ...), ``list<T>``, ``large_list<T>`` and
+        ``fixed_size_list<T>[N]``. An unknown type (or, when appending, a column the dataset
+        lacks) fails the task before Spark runs; a value that cannot be cast fails the job with
+        a message naming its column. (templated)
     :param staging_uri: directory for the staged job result (default
         ``<dataset>/_airflow_staging``). (templated)
     :param idempotency_key: override the key (default ``dag_id/run_id/task_id/map_index``);
         a key already committed within the last 100 versions makes the task a no-op. (templated)
+    :param rewrite_on_retry: every try writes anew: the try number is added to the key, so a
+        retry (automatic, or a cleared task) runs the job and commits again even when an earlier
+        try's commit landed. With ``mode="append"`` that appends the same rows again; with
+        ``overwrite`` it replaces them. Default False: the default key never duplicates.
     :param commit_message: stored as the version's commit message. (templated)
     :param spark_binary: ``spark-submit`` by default.
     :param spark_submit_kwargs: further ``SparkSubmitHook`` arguments (keytab, principal,
@@ -129,6 +153,7 @@ class LanceSparkWriteOperator(BaseOperator):
         "idempotency_key",
         "commit_message",
         "fixed_size_lists",
+        "cast",
     )
     template_ext: Sequence[str] = (".sql",)
     template_fields_renderers: ClassVar[dict[str, str]] = {
@@ -165,7 +190,9 @@ class LanceSparkWriteOperator(BaseOperator):
         commit_message: str | None = None,
         spark_binary: str | None = None,
         spark_submit_kwargs: Mapping[str, Any] | None = None,
-        fixed_size_lists: Mapping[str, int] | None = None,
+        fixed_size_lists: Mapping[str, Any] | None = None,
+        cast: Mapping[str, str] | None = None,
+        rewrite_on_retry: bool = False,
         **kwargs: Any,
     ) -> None:
         with_dataset_outlet(uri, kwargs)
@@ -198,6 +225,7 @@ class LanceSparkWriteOperator(BaseOperator):
         self.spark_binary = spark_binary
         self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
         self.fixed_size_lists = dict(fixed_size_lists or {})
+        self.cast, self.rewrite_on_retry = dict(cast or {}), rewrite_on_retry
         self._spark_job: SparkJobRunner | None = None
         if "{{" not in str(mode):
             self._check_mode(mode)
@@ -217,30 +245,79 @@ class LanceSparkWriteOperator(BaseOperator):
         return LanceHook(self.lance_conn_id)
 
     # -- execution --------------------------------------------------------------------------
+    def idempotency_key_of(self, context: Context) -> str:
+        """The key this try commits with: ``idempotency_key``, else the task instance's
+        (:func:`default_idempotency_key`), plus ``/try-<n>`` with ``rewrite_on_retry``."""
+        key = self.idempotency_key or default_idempotency_key(context)
+        return f"{key}/try-{context['ti'].try_number}" if self.rewrite_on_retry else key
+
     def execute(self, context: Context) -> dict[str, Any]:
         start = time.monotonic()
         mode = self._check_mode(self.mode)
         uri = self.hook.check_writable(self.uri)  # unsupported stores fail before the Spark job
-        key = self.idempotency_key or default_idempotency_key(context)
+        key = self.idempotency_key_of(context)
         if context["ti"].try_number > 1 or self.idempotency_key:
             landed = self.hook.find_idempotent_commit(uri, key)
             if landed is not None:
                 self.log.info("This write already committed version %d of %s; nothing to do", landed.version, uri)
                 WriteJobResult.discard(*staging_location(uri, key, self.staging_uri), self.hook.storage_options)
                 return self._finish(context, self._summary_of_landed(landed, mode))
+            if self.idempotency_key or self.rewrite_on_retry:
+                self._discard_earlier_tries(uri, key, context)
         spec = self._spec(uri, mode, key)
         self.log.info("Lance %s of %s (read version %d) from %s", mode, uri, spec.read_version,
                       spec.source.describe())
         staged = self._reusable_result(spec)
+        job = "Spark job not run (an earlier try's result)"
         if staged is None:
+            job_start = time.monotonic()
             staged = self._run_job(spec)
-        self.log.info("Staged %d fragments: %d rows, %d bytes (Spark job %.1f s)", len(staged.fragments),
-                      staged.num_rows, staged.bytes_written, staged.elapsed_seconds)
+            job = f"Spark job {time.monotonic() - job_start:.2f} s"
+            self.log.info("%s: %d rows in %d fragments, %s staged (not committed)", job, staged.num_rows,
+                          len(staged.fragments), human_bytes(staged.bytes_written))
+        commit_start = time.monotonic()
         summary = self._commit(spec, staged, key, context)
+        commit_seconds = time.monotonic() - commit_start
         WriteJobResult.discard(spec.staging_root, spec.staging_name, spec.storage_options)
-        self.log.info("Lance %s of %s done in %.1f s: version %d, %d rows", mode, uri, time.monotonic() - start,
-                      summary["version"], summary["num_rows"])
+        self.log.info("Lance %s of %s done: version %d, %d rows, %d fragments, %s; %s, commit %.2f s, total %.2f s",
+                      mode, uri, summary["version"], summary["num_rows"], summary["num_fragments"],
+                      human_bytes(summary["bytes_written"]), job, commit_seconds, time.monotonic() - start)
         return self._finish(context, summary)
+
+    def _discard_earlier_tries(self, uri: str, key: str, context: Context) -> None:
+        """A try whose key differs from earlier tries' (``rewrite_on_retry``, or a key template that
+        changes): warn if an earlier try of this task instance committed (this try writes anew, and
+        with ``mode="append"`` adds the same rows again), and remove the results earlier tries staged
+        (never reused under another key: their files may be committed already)."""
+        earlier = self._earlier_try_commit(uri, context)
+        keys = {earlier[1]} if earlier is not None else set()
+        if self.rewrite_on_retry:
+            base = self.idempotency_key or default_idempotency_key(context)
+            keys |= {f"{base}/try-{n}" for n in range(1, context["ti"].try_number)}
+        for old_key in keys - {key}:
+            WriteJobResult.discard(*staging_location(uri, old_key, self.staging_uri), self.hook.storage_options)
+        if earlier is not None and earlier[1] != key:
+            self.log.warning(
+                "Try %s of this task committed version %d with idempotency key %r; this try's key is %r, so it "
+                "writes again%s", earlier[2], earlier[0], earlier[1], key,
+                " and appends the same rows a second time" if self.mode == "append" else "")
+
+    def _earlier_try_commit(self, uri: str, context: Context) -> tuple[int, str, str] | None:
+        """(version, idempotency key, try number) of the latest commit of an earlier try of this
+        task instance among the last versions the idempotency look-back reads."""
+        ds = self.hook.dataset_or_none(uri)
+        if ds is None:
+            return None
+        mine = self._transaction_properties(context)
+        for version in range(ds.version, max(0, ds.version - IDEMPOTENCY_LOOKBACK), -1):
+            try:
+                txn = ds.read_transaction(version)
+            except (lance.VersionNotFoundError, FileNotFoundError):  # cleaned up: older versions are gone too
+                return None
+            props = txn.transaction_properties if txn is not None else {}
+            if all(props.get(name) == mine[name] for name in _TASK_INSTANCE_PROPERTIES):
+                return version, str(props.get(lance.IDEMPOTENCY_KEY)), str(props.get("airflow.try_number"))
+        return None
 
     def _spec(self, uri: str, mode: WriteMode, key: str) -> WriteJobSpec:
         existing = self.hook.dataset_or_none(uri)
@@ -248,7 +325,7 @@ class LanceSparkWriteOperator(BaseOperator):
             raise lance.DatasetAlreadyExistsError(f"dataset {uri} already exists (use mode='append' or 'overwrite')")
         job_mode: WriteMode = "create" if existing is None and mode == "append" else mode
         staging_root, staging_name = staging_location(uri, key, self.staging_uri)
-        return WriteJobSpec(
+        spec = WriteJobSpec(
             uri=uri,
             mode=job_mode,
             source=SourceSpec.from_fields(path=self.source_path, format=self.source_format,
@@ -263,7 +340,11 @@ class LanceSparkWriteOperator(BaseOperator):
             num_partitions=self.num_partitions,
             data_storage_version=self.data_storage_version,
             fixed_size_lists=self.fixed_size_lists,
+            cast=self.cast,
         )
+        if job_mode == "append" and existing is not None:  # named columns and types checked before Spark runs
+            check_against_dataset(existing.schema, spec.fixed_size_lists, spec.cast)
+        return spec
 
     def _reusable_result(self, spec: WriteJobSpec) -> WriteJobResult | None:
         """The result an earlier try staged for this very write, if all its files are there."""
@@ -275,7 +356,8 @@ class LanceSparkWriteOperator(BaseOperator):
             self.log.warning("Not reusing the staged result of an earlier try: %d data files are missing",
                              len(missing))
             return None
-        self.log.info("Reusing the Spark output staged by an earlier try of this task")
+        self.log.info("Reusing the Spark output staged by an earlier try of this task: %d rows in %d fragments, %s",
+                      staged.num_rows, len(staged.fragments), human_bytes(staged.bytes_written))
         return staged
 
     def _runner(self) -> SparkJobRunner:
@@ -320,7 +402,6 @@ class LanceSparkWriteOperator(BaseOperator):
             if staged.schema is None:
                 raise LanceStagedResultError(f"the staged result for {spec.uri} has no schema")
             operation = lance.LanceOperation.Overwrite(staged.schema, list(fragments))
-        commit_start = time.monotonic()
         ds = self.hook.commit(
             spec.uri,
             operation,
@@ -331,8 +412,7 @@ class LanceSparkWriteOperator(BaseOperator):
             f"{context['ti'].task_id}",
             create_only=spec.mode == "create",  # a dataset created while the Spark job ran is not replaced
         )
-        self.log.info("Committed version %d of %s (read version %d) in %.2f s", ds.version, spec.uri,
-                      spec.read_version, time.monotonic() - commit_start)
+        self.log.info("Committed version %d of %s (read version %d)", ds.version, spec.uri, spec.read_version)
         return _summary(spec.uri, self.mode, ds.version, spec.read_version, fragments, staged.num_rows,
                         staged.bytes_written)
 

@@ -5,17 +5,20 @@ Spark hands Python its own Arrow representation of a type: ``large_string`` or
 what the dataset stores as a fixed-size list (Spark has no fixed-size arrays).
 :func:`harmonize` converts such columns to the dataset's types and leaves real
 differences for the core to refuse. :func:`with_fixed_size_lists` is the schema a new
-dataset gets when array columns are to be stored as fixed-size lists (vectors).
+dataset gets when array columns are to be stored as fixed-size lists (vectors), and
+:func:`with_casts` when columns are cast (``cast``, or ``fixed_size_lists`` with an element
+type): those columns are converted whatever their source type, vectorised by Arrow.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 import numpy as np
 import pyarrow as pa
 
 from airflow_lance.core import SchemaMismatchError
+from airflow_lance.spark.spec import parse_type
 
 
 def _same_kind(source: pa.DataType, target: pa.DataType) -> bool:
@@ -63,13 +66,18 @@ def _as_fixed_size_list(column: pa.Array, wanted: pa.FixedSizeListType, name: st
     return pa.FixedSizeListArray.from_arrays(values, type=wanted)
 
 
+def _field(schema: pa.Schema, name: str, what: str) -> tuple[int, pa.Field]:
+    """Index and field of column ``name``; SchemaMismatchError naming the columns if it is missing."""
+    index = schema.get_field_index(name)
+    if index < 0:
+        raise SchemaMismatchError(f"{what} column {name!r} is not in the data (columns: {', '.join(schema.names)})")
+    return index, schema.field(index)
+
+
 def with_fixed_size_lists(schema: pa.Schema, sizes: Mapping[str, int]) -> pa.Schema:
     """``schema`` with the list columns named in ``sizes`` as fixed-size lists of that many items."""
     for name, size in sizes.items():
-        index = schema.get_field_index(name)
-        if index < 0:
-            raise SchemaMismatchError(f"fixed-size list column {name!r} is not in the data")
-        field = schema.field(index)
+        index, field = _field(schema, name, "fixed-size list")
         if not (pa.types.is_list(field.type) or pa.types.is_large_list(field.type)
                 or pa.types.is_fixed_size_list(field.type)):
             raise SchemaMismatchError(f"column {name!r} is {field.type}, not an array: it cannot be a fixed-size list")
@@ -78,14 +86,37 @@ def with_fixed_size_lists(schema: pa.Schema, sizes: Mapping[str, int]) -> pa.Sch
     return schema
 
 
-def harmonize(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
+def _cast_type(source: pa.Field, wanted: pa.DataType) -> pa.DataType:
+    """``wanted``, with the list child names and nullability of a ``source`` list kept
+    (Spark's ``element``), so that a cast list has the name a plain conversion gives it."""
+    if pa.types.is_fixed_size_list(wanted) and (pa.types.is_list(source.type) or pa.types.is_large_list(source.type)
+                                                or pa.types.is_fixed_size_list(source.type)):
+        value_field = source.type.value_field
+        return pa.list_(value_field.with_type(_cast_type(value_field, wanted.value_type)), wanted.list_size)
+    if (pa.types.is_list(wanted) or pa.types.is_large_list(wanted)) and pa.types.is_list(source.type):
+        value_field = source.type.value_field.with_type(_cast_type(source.type.value_field, wanted.value_type))
+        return pa.large_list(value_field) if pa.types.is_large_list(wanted) else pa.list_(value_field)
+    return wanted
+
+
+def with_casts(schema: pa.Schema, casts: Mapping[str, str]) -> pa.Schema:
+    """``schema`` with the columns named in ``casts`` ({column: type name}) of those types."""
+    for name, text in casts.items():
+        index, field = _field(schema, name, "cast")
+        schema = schema.set(index, field.with_type(_cast_type(field, parse_type(text))))
+    return schema
+
+
+def harmonize(batch: pa.RecordBatch, target: pa.Schema, cast: Collection[str] = ()) -> pa.RecordBatch:
     """Cast the columns of ``batch`` whose type differs from the dataset's only in representation
-    (Spark's Arrow types vs. the dataset's); anything else is left for the core to reject."""
+    (Spark's Arrow types vs. the dataset's), and the columns named in ``cast`` to the target's type
+    whatever they are; anything else is left for the core to reject. A value that cannot be cast
+    raises :class:`SchemaMismatchError` naming its column."""
     columns, fields, changed = [], [], False
     for field, column in zip(batch.schema, batch.columns, strict=True):
         index = target.get_field_index(field.name)
         wanted = target.field(index).type if index >= 0 else field.type
-        if wanted != field.type and _same_kind(field.type, wanted):
+        if wanted != field.type and (field.name in cast or _same_kind(field.type, wanted)):
             try:
                 column = _as_fixed_size_list(column, wanted, field.name) if pa.types.is_fixed_size_list(wanted) \
                     else column.cast(wanted)

@@ -124,6 +124,7 @@ def run(spark: SparkSession, spec: WriteJobSpec) -> WriteJobResult:
         data_storage_version=spec.data_storage_version,
         spec_digest=spec.digest(),
         fixed_size_lists=spec.fixed_size_lists,
+        cast=spec.cast,
     )
     result.save(spec.staging_root, spec.staging_name, spec.storage_options)
     return result

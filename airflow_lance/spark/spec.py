@@ -18,12 +18,13 @@ import base64
 import dataclasses
 import hashlib
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Self, get_args
 
 import pyarrow as pa
 
-from airflow_lance.core import FragmentMetadata, InvalidInputError
+from airflow_lance.core import FragmentMetadata, InvalidInputError, SchemaMismatchError
 from airflow_lance.core.layout import data_file_path
 from airflow_lance.core.storage import open_store
 
@@ -61,6 +62,95 @@ def size_map(name: str, value: Any) -> dict[str, int]:
                 f"{name}[{key!r}] must be a positive integer, not {size!r}")
         sizes[str(key)] = int(text)
     return sizes
+
+
+_LIST_TYPE = re.compile(r"^(fixed_size_list|large_list|list)\s*<\s*(.+?)\s*>\s*(?:\[\s*(\d+)\s*\])?$")
+
+
+def parse_type(text: Any) -> pa.DataType:
+    """The Arrow type a cast names: a pyarrow type alias (``float32``, ``float64``, ``int64``, ``string``,
+    ``bool``, ``date32``, ``timestamp[us]``, ...), ``list<T>``, ``large_list<T>`` or
+    ``fixed_size_list<T>[N]`` (T itself such a type). JobSpecError for anything else."""
+    require(isinstance(text, str) and bool(text.strip()), f"a cast type must be a type name, not {text!r}")
+    text = text.strip()
+    match = _LIST_TYPE.match(text)
+    if match is None:
+        try:
+            return pa.type_for_alias(text)
+        except ValueError:
+            raise JobSpecError(
+                f"unknown type {text!r} (e.g. float32, float64, int64, string, bool, timestamp[us], "
+                "list<float32>, fixed_size_list<float32>[64])") from None
+    kind, item, size = match.groups()
+    value_type = parse_type(item)
+    if kind == "fixed_size_list":
+        require(size is not None and int(size) > 0, f"fixed_size_list needs a positive size: {text!r}")
+        return pa.list_(value_type, int(size))
+    require(size is None, f"only fixed_size_list takes a size: {text!r}")
+    return pa.large_list(value_type) if kind == "large_list" else pa.list_(value_type)
+
+
+def vector_map(value: Any) -> tuple[dict[str, int], dict[str, str]]:
+    """``fixed_size_lists`` as ({column: size}, {column: cast type}): a size (``64``, ``"64"``) keeps
+    the element type, a pair (``(64, "float32")``, ``[64, "float32"]``) casts the elements too."""
+    require(isinstance(value, Mapping),
+            f"fixed_size_lists must be a mapping of column names to sizes, not {type(value).__name__}")
+    sizes: dict[str, Any] = {}
+    casts: dict[str, str] = {}
+    for key, entry in value.items():
+        if isinstance(entry, Sequence) and not isinstance(entry, str):
+            require(len(entry) == 2, f"fixed_size_lists[{key!r}] must be a size or (size, element type), "
+                                     f"not {entry!r}")
+            size = size_map("fixed_size_lists", {key: entry[0]})[str(key)]
+            try:
+                parse_type(entry[1])
+            except JobSpecError as exc:
+                raise JobSpecError(f"fixed_size_lists[{key!r}]: {exc}") from None
+            casts[str(key)] = f"fixed_size_list<{str(entry[1]).strip()}>[{size}]"
+        else:
+            sizes[str(key)] = entry
+    return size_map("fixed_size_lists", sizes), casts
+
+
+def cast_map(value: Any) -> dict[str, str]:
+    """``cast`` as {column: type name}, every type checked by :func:`parse_type`."""
+    require(isinstance(value, Mapping), f"cast must be a mapping of column names to types, not {type(value).__name__}")
+    for key, text in value.items():
+        try:
+            parse_type(text)
+        except JobSpecError as exc:
+            raise JobSpecError(f"cast[{key!r}]: {exc}") from None
+    return {str(k): str(v).strip() for k, v in value.items()}
+
+
+def _same_type(left: pa.DataType, right: pa.DataType) -> bool:
+    """Equal types, list child names aside."""
+    lists = (pa.types.is_list, pa.types.is_large_list, pa.types.is_fixed_size_list)
+    for test in lists:
+        if test(left) and test(right):
+            return getattr(left, "list_size", None) == getattr(right, "list_size", None) and \
+                _same_type(left.value_type, right.value_type)
+    return left == right
+
+
+def check_against_dataset(schema: pa.Schema, sizes: Mapping[str, int], casts: Mapping[str, str]) -> None:
+    """Appends keep the dataset's types: a column to be cast or stored as a fixed-size list must be a
+    column of the dataset (``JobSpecError`` naming it otherwise) that already has that type
+    (:class:`SchemaMismatchError` otherwise)."""
+    for name in [*sizes, *casts]:
+        if schema.get_field_index(name) < 0:
+            raise JobSpecError(f"column {name!r} to be cast is not a column of the dataset "
+                               f"(columns: {', '.join(schema.names)})")
+    for name, size in sizes.items():
+        dtype = schema.field(name).type
+        if not (pa.types.is_fixed_size_list(dtype) and dtype.list_size == size):
+            raise SchemaMismatchError(
+                f"column {name!r} is {dtype} in the dataset: it cannot be appended as a {size}-item fixed-size list")
+    for name, text in casts.items():
+        dtype = schema.field(name).type
+        if not _same_type(dtype, parse_type(text)):
+            raise SchemaMismatchError(
+                f"column {name!r} is {dtype} in the dataset: it cannot be appended cast to {text}")
 
 
 def string_map(name: str, value: Any) -> dict[str, str]:
@@ -150,8 +240,11 @@ class WriteJobSpec:
     max_bytes_per_file: int = MAX_BYTES_PER_FILE
     num_partitions: int | None = None
     data_storage_version: str | None = None
-    #: array columns stored as fixed-size lists of this many items (vectors), {column: size}
-    fixed_size_lists: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    #: array columns stored as fixed-size lists of this many items (vectors), {column: size}; entries
+    #: giving an element type too (``(64, "float32")``) become ``cast`` entries
+    fixed_size_lists: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    #: columns cast on the executors, {column: type name} (see :func:`parse_type`)
+    cast: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         require(isinstance(self.uri, str) and bool(self.uri), "uri must be a non-empty string")
@@ -166,10 +259,17 @@ class WriteJobSpec:
             _positive_int("num_partitions", self.num_partitions)
         require(self.data_storage_version is None or isinstance(self.data_storage_version, str),
                  f"data_storage_version must be a string such as '2.0', not {self.data_storage_version!r}")
-        object.__setattr__(self, "fixed_size_lists", size_map("fixed_size_lists", self.fixed_size_lists))
+        sizes, vector_casts = vector_map(self.fixed_size_lists)
+        casts = cast_map(self.cast)
+        twice = sorted((set(sizes) | set(vector_casts)) & set(casts))
+        require(not twice, f"column(s) {twice} named in both fixed_size_lists and cast: name each once")
+        object.__setattr__(self, "fixed_size_lists", sizes)
+        object.__setattr__(self, "cast", {**casts, **vector_casts})
 
     def to_dict(self) -> dict[str, Any]:
-        extra = {"fixed_size_lists": dict(self.fixed_size_lists)} if self.fixed_size_lists else {}
+        extra: dict[str, Any] = {"fixed_size_lists": dict(self.fixed_size_lists)} if self.fixed_size_lists else {}
+        if self.cast:
+            extra["cast"] = dict(self.cast)
         return {
             **extra,
             "spec_version": SPEC_VERSION,
@@ -213,6 +313,7 @@ class WriteJobSpec:
                 num_partitions=data.get("num_partitions"),
                 data_storage_version=data.get("data_storage_version"),
                 fixed_size_lists=data.get("fixed_size_lists") or {},
+                cast=data.get("cast") or {},
             )
         except KeyError as exc:
             raise JobSpecError(f"job spec lacks {exc.args[0]!r}") from None

@@ -11,7 +11,11 @@ Spark has no fixed-size array type, so a vector column reaches Python as ``list<
 Lance's vector indices need ``fixed_size_list<float>[dim]``: name such columns in
 ``fixed_size_lists`` (or mark the Spark column with the metadata key
 ``arrow.fixed-size-list.size``, lance-spark's convention) and they are stored as fixed-size
-lists; a row of another length fails the write.
+lists; a row of another length fails the write. ``cast`` ({column: type name}, and
+``fixed_size_lists`` entries with an element type such as ``(64, "float32")``) converts
+columns on the executors with Arrow's cast (a JSON source's doubles become
+``fixed_size_list<float32>[64]``); a value that cannot be cast fails the write naming its
+column.
 """
 
 from __future__ import annotations
@@ -26,8 +30,8 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from airflow_lance.core import FragmentMetadata, LanceError, SchemaMismatchError, write_fragments
-from airflow_lance.spark.conform import harmonize, with_fixed_size_lists
-from airflow_lance.spark.spec import WriteJobResult, WriteMode, size_map
+from airflow_lance.spark.conform import harmonize, with_casts, with_fixed_size_lists
+from airflow_lance.spark.spec import WriteJobResult, WriteMode, check_against_dataset, parse_type, size_map
 from airflow_lance.spark.worker import bulk_write
 
 if TYPE_CHECKING:
@@ -56,12 +60,14 @@ def write_partition(
     target_schema: pa.Schema | None = None,
     data_storage_version: str | None = None,
     fixed_size_lists: Mapping[str, int] | None = None,
+    cast: Mapping[str, str] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Write one partition as fragments; yield a :data:`RESULT_SCHEMA` batch describing them.
 
     ``target_schema`` (appends) is the dataset's schema: Spark's representation of the
     same types is converted to it. Otherwise the list columns named in ``fixed_size_lists``
-    become fixed-size lists. ``data_storage_version`` picks the file format of a new
+    become fixed-size lists and those in ``cast`` get its types (appends: the dataset's
+    types, which the driver checked are the same). ``data_storage_version`` picks the file format of a new
     dataset (the core's default otherwise; appends keep the dataset's). An empty partition
     writes nothing.
     """
@@ -69,10 +75,11 @@ def write_partition(
     if first is None:
         return
     stream: Iterator[pa.RecordBatch] = itertools.chain([first], batches)
-    if target_schema is None and fixed_size_lists:
-        target_schema = with_fixed_size_lists(first.schema, fixed_size_lists)
+    casts = dict(cast or {})
+    if target_schema is None and (fixed_size_lists or casts):
+        target_schema = with_casts(with_fixed_size_lists(first.schema, fixed_size_lists or {}), casts)
     if target_schema is not None:
-        stream = (harmonize(batch, target_schema) for batch in stream)
+        stream = (harmonize(batch, target_schema, casts) for batch in stream)
         first_schema = target_schema
     else:
         first_schema = first.schema
@@ -95,35 +102,28 @@ def write_partition(
         )
 
 
-def fixed_size_lists_of(schema: StructType, explicit: Mapping[str, int] | None = None) -> dict[str, int]:
+def fixed_size_lists_of(schema: StructType, explicit: Mapping[str, int] | None = None,
+                        cast: Mapping[str, str] | None = None) -> dict[str, int]:
     """Fixed list sizes of the array columns of a Spark ``schema``: those marked with
     :data:`FIXED_SIZE_LIST_KEY` in their metadata, then ``explicit`` ({column: size}, which
-    wins). Raises :class:`SchemaMismatchError` for a column that is missing or not a top-level
-    array, and ``JobSpecError`` for a size that is not a positive integer."""
+    wins); columns named in ``cast`` get its type instead. Raises :class:`SchemaMismatchError`
+    for a column (of either) that is missing, or not a top-level array where a list is wanted,
+    and ``JobSpecError`` for a size that is not a positive integer."""
     from pyspark.sql.types import ArrayType
 
     fields = {field.name: field for field in schema.fields}
     marked = {name: field.metadata[FIXED_SIZE_LIST_KEY] for name, field in fields.items()
-              if FIXED_SIZE_LIST_KEY in (field.metadata or {})}
+              if FIXED_SIZE_LIST_KEY in (field.metadata or {}) and name not in (cast or {})}
     sizes = size_map("fixed_size_lists", {**marked, **(explicit or {})})
-    for name in sizes:
+    lists = [*sizes, *(name for name, text in (cast or {}).items() if pa.types.is_nested(parse_type(text)))]
+    for name in [*sizes, *(cast or {})]:
         if name not in fields:
             raise SchemaMismatchError(
-                f"fixed-size list column {name!r} is not a column of the source (columns: {', '.join(fields)})")
-        if not isinstance(fields[name].dataType, ArrayType):
+                f"column {name!r} is not a column of the source (columns: {', '.join(fields)})")
+        if name in lists and not isinstance(fields[name].dataType, ArrayType):
             raise SchemaMismatchError(
-                f"fixed-size list column {name!r} is {fields[name].dataType.simpleString()}, not an array")
+                f"column {name!r} is {fields[name].dataType.simpleString()}, not an array: it cannot become a list")
     return sizes
-
-
-def _check_against_dataset(sizes: Mapping[str, int], target_schema: pa.Schema) -> None:
-    """Appends keep the dataset's types: a column asked to be a fixed-size list must already be one."""
-    for name, size in sizes.items():
-        index = target_schema.get_field_index(name)
-        dtype = target_schema.field(index).type if index >= 0 else None
-        if dtype is not None and not (pa.types.is_fixed_size_list(dtype) and dtype.list_size == size):
-            raise SchemaMismatchError(
-                f"column {name!r} is {dtype} in the dataset: it cannot be appended as a {size}-item fixed-size list")
 
 
 def check_row_count(fragments: Sequence[FragmentMetadata], spark_rows: int, uri: str) -> None:
@@ -147,6 +147,7 @@ def write_dataframe(
     data_storage_version: str | None = None,
     spec_digest: str = "",
     fixed_size_lists: Mapping[str, int] | None = None,
+    cast: Mapping[str, str] | None = None,
 ) -> WriteJobResult:
     """Write ``df`` as uncommitted fragments of ``uri`` and validate the row count.
 
@@ -154,16 +155,17 @@ def write_dataframe(
     ``append`` (fragments get the dataset's field ids; pass its ``target_schema``) or
     ``overwrite`` (a fresh schema). ``fixed_size_lists`` ({column: size}, added to the
     columns marked with :data:`FIXED_SIZE_LIST_KEY`) stores array columns as fixed-size
-    lists (vectors). Raises :class:`RowCountMismatchError` if the fragments do not hold
+    lists (vectors); ``cast`` ({column: type name}) converts columns. Raises :class:`RowCountMismatchError` if the fragments do not hold
     exactly Spark's row count.
     """
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
     start = time.monotonic()
-    sizes = fixed_size_lists_of(df.schema, fixed_size_lists)
+    casts = dict(cast or {})
+    sizes = fixed_size_lists_of(df.schema, fixed_size_lists, casts)
     if target_schema is not None:
-        _check_against_dataset(sizes, target_schema)
+        check_against_dataset(target_schema, sizes, casts)
     observation = Observation("airflow_lance_write")
     observed = df.observe(observation, F.count(F.lit(1)).alias("rows"))
     writer = functools.partial(
@@ -176,6 +178,7 @@ def write_dataframe(
         target_schema=target_schema,
         data_storage_version=data_storage_version,
         fixed_size_lists=sizes,
+        cast=casts,
     )
     rows = observed.mapInArrow(writer, RESULT_DDL).collect()
     spark_rows = int(observation.get["rows"])
@@ -188,7 +191,7 @@ def write_dataframe(
     elif target_schema is not None:
         schema = target_schema
     else:
-        schema = with_fixed_size_lists(df.limit(0).toArrow().schema, sizes)
+        schema = with_casts(with_fixed_size_lists(df.limit(0).toArrow().schema, sizes), casts)
     check_row_count(fragments, spark_rows, uri)
     return WriteJobResult(
         spec_digest=spec_digest,

@@ -3,11 +3,14 @@ metadata database, connections as ``AIRFLOW_CONN_*`` JSON, and a recording ``spa
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
 import pathlib
 import shutil
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 DAGS_FOLDER = pathlib.Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
@@ -16,6 +19,23 @@ DAGS_FOLDER = pathlib.Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
 def connection_env(conn_id: str, **fields: Any) -> tuple[str, str]:
     """The ``AIRFLOW_CONN_<ID>`` variable (name, JSON value) of a connection."""
     return f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(fields)
+
+
+@contextlib.contextmanager
+def task_logs_to(path: pathlib.Path) -> Iterator[None]:
+    """Send what ``dag.test()`` prints (the task logs, Airflow writes them to standard output)
+    to ``path``: file descriptor 1 and ``sys.stdout`` both, whatever pytest captures."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    with open(path, "w") as handle:
+        os.dup2(handle.fileno(), 1)
+        try:
+            with contextlib.redirect_stdout(handle):
+                yield
+        finally:
+            sys.stdout.flush()
+            os.dup2(saved, 1)
+            os.close(saved)
 
 
 def load_dag(file_name: str, dag_id: str) -> Any:

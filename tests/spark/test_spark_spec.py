@@ -13,6 +13,7 @@ from airflow_lance.spark.spec import (
     SourceSpec,
     WriteJobResult,
     WriteJobSpec,
+    parse_type,
     staging_location,
 )
 
@@ -36,6 +37,19 @@ def test_json_round_trip_and_secret_free_repr() -> None:
     assert "shh-1234" not in repr(spec)
     assert spec.source.options == {"header": "True"}
     assert "header" in spec.source.describe() and "True" not in spec.source.describe()
+
+
+def test_casts_parse_pyarrow_names_and_list_types() -> None:
+    assert parse_type("float32") == pa.float32() and parse_type(" double ") == pa.float64()
+    assert parse_type("timestamp[us]") == pa.timestamp("us")
+    assert parse_type("fixed_size_list<float32>[64]") == pa.list_(pa.float32(), 64)
+    assert parse_type("large_list<fixed_size_list<float16>[3]>") == pa.large_list(pa.list_(pa.float16(), 3))
+    spec = _spec(fixed_size_lists={"a": 4, "b": (64, "float32"), "c": ["8", "float64"]}, cast={"p": "int32"})
+    assert spec.fixed_size_lists == {"a": 4}
+    assert spec.cast == {"p": "int32", "b": "fixed_size_list<float32>[64]", "c": "fixed_size_list<float64>[8]"}
+    assert WriteJobSpec.from_json(spec.to_json()) == spec
+    assert _spec(cast={"p": "int32"}).digest() != _spec().digest()
+    assert "cast" not in _spec(cast={}).to_dict()
 
 
 def test_digest_ignores_credentials_and_staging_but_not_the_write() -> None:
@@ -70,6 +84,15 @@ def test_bad_sources_raise_a_typed_error(fields: dict[str, object], message: str
     ({"fixed_size_lists": {"v": "wide"}}, "positive integer"),
     ({"fixed_size_lists": {"v": True}}, "positive integer"),
     ({"fixed_size_lists": ["v"]}, "mapping of column names to sizes"),
+    ({"fixed_size_lists": {"v": (64,)}}, r"fixed_size_lists\['v'\] must be a size or \(size, element type\)"),
+    ({"fixed_size_lists": {"v": (0, "float32")}}, r"fixed_size_lists\['v'\] must be a positive integer"),
+    ({"fixed_size_lists": {"v": (64, "flaot32")}}, r"fixed_size_lists\['v'\]: unknown type 'flaot32'"),
+    ({"cast": {"v": "vector"}}, r"cast\['v'\]: unknown type 'vector' \(e.g. float32"),
+    ({"cast": {"v": "fixed_size_list<float32>"}}, "fixed_size_list needs a positive size"),
+    ({"cast": {"v": "list<float32>[3]"}}, "only fixed_size_list takes a size"),
+    ({"cast": {"v": 32}}, "must be a type name"),
+    ({"cast": ["v"]}, "cast must be a mapping"),
+    ({"cast": {"v": "float32"}, "fixed_size_lists": {"v": 4}}, r"\['v'\] named in both fixed_size_lists and cast"),
 ])
 def test_bad_specs_raise_a_typed_error(overrides: dict[str, object], message: str) -> None:
     with pytest.raises(JobSpecError, match=message):

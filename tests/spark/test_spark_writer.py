@@ -13,7 +13,8 @@ import pyarrow as pa
 import pytest
 
 import airflow_lance.core as lance
-from airflow_lance.spark.conform import harmonize, with_fixed_size_lists
+from airflow_lance.spark.conform import harmonize, with_casts, with_fixed_size_lists
+from airflow_lance.spark.spec import JobSpecError, SourceSpec, WriteJobSpec, check_against_dataset
 from airflow_lance.spark.writer import (
     RESULT_SCHEMA,
     RowCountMismatchError,
@@ -128,15 +129,70 @@ def test_a_partition_with_fixed_size_lists_reads_back_as_vectors(tmp_path: pathl
 
 
 def test_appends_keep_the_datasets_vector_types() -> None:
-    from airflow_lance.spark.writer import _check_against_dataset
-
-    vectors = pa.schema([("v", pa.list_(pa.float32(), 4)), ("w", pa.list_(pa.float32()))])
-    _check_against_dataset({"v": 4}, vectors)
-    _check_against_dataset({"new": 4}, vectors)  # not in the dataset: the core refuses the schema later
+    vectors = pa.schema([("v", pa.list_(pa.float32(), 4)), ("w", pa.list_(pa.float32())), ("x", pa.float64())])
+    check_against_dataset(vectors, {"v": 4}, {})
+    check_against_dataset(vectors, {}, {"v": "fixed_size_list<float32>[4]", "w": "list<float>", "x": "double"})
+    with pytest.raises(JobSpecError, match="column 'new' to be cast is not a column of the dataset"):
+        check_against_dataset(vectors, {"new": 4}, {})
+    with pytest.raises(JobSpecError, match="column 'new' to be cast"):
+        check_against_dataset(vectors, {}, {"new": "float32"})
     with pytest.raises(lance.SchemaMismatchError, match="cannot be appended as a 8-item"):
-        _check_against_dataset({"v": 8}, vectors)
+        check_against_dataset(vectors, {"v": 8}, {})
     with pytest.raises(lance.SchemaMismatchError, match="column 'w' is list<item: float>"):
-        _check_against_dataset({"w": 4}, vectors)
+        check_against_dataset(vectors, {"w": 4}, {})
+    with pytest.raises(lance.SchemaMismatchError, match="column 'v' is .* cannot be appended cast to "
+                                                        r"fixed_size_list<float64>\[4\]"):
+        check_against_dataset(vectors, {}, {"v": "fixed_size_list<float64>[4]"})
+
+
+def _json_doubles(rows: int, dim: int, start: int = 0) -> pa.Array:
+    """Vectors as a JSON source hands them to Spark: ``list<double>``."""
+    values = np.arange(start * dim, (start + rows) * dim, dtype=np.float64) / 7.0
+    return pa.ListArray.from_arrays(pa.array(np.arange(rows + 1, dtype=np.int32) * dim), pa.array(values))
+
+
+@pytest.mark.parametrize("vector", [(8, "float32"), ["8", "float32"], "fixed_size_list<float32>[8]"])
+def test_casts_turn_doubles_into_float32_vectors_pylance_reads(tmp_path: pathlib.Path, vector: object) -> None:
+    uri = str(tmp_path / "ds.lance")
+    batches = [pa.RecordBatch.from_pydict({"id": pa.array(range(i * 40, i * 40 + 40)), "v": _json_doubles(40, 8, i * 40),
+                                           "price": pa.array(np.arange(40, dtype=np.int64) + i)})
+               for i in range(3)]
+    by_cast = isinstance(vector, str)
+    spec = WriteJobSpec(uri=uri, mode="create", source=SourceSpec.from_fields(sql="SELECT 1"), read_version=0,
+                        staging_root=uri, staging_name="s.json", fixed_size_lists={} if by_cast else {"v": vector},
+                        cast={"price": "float64", **({"v": vector} if by_cast else {})})
+    assert spec.cast == {"v": "fixed_size_list<float32>[8]", "price": "float64"}
+    (out,) = list(write_partition(iter(batches), uri=uri, mode="create", storage_options={},
+                                  fixed_size_lists=spec.fixed_size_lists, cast=spec.cast, **_limits()))
+    schema = pa.ipc.read_schema(pa.py_buffer(out.column("schema")[0].as_py()))
+    fragments = [lance.FragmentMetadata.from_json(f) for f in out.column("fragment").to_pylist()]
+    lance.LanceDataset.commit(uri, lance.LanceOperation.Overwrite(schema, fragments), 0)
+    table = pylance.dataset(uri).to_table()
+    assert table.schema.field("v").type == pa.list_(pa.field("item", pa.float32()), 8)
+    assert table.schema.field("price").type == pa.float64()
+    source = pa.Table.from_batches(batches)
+    expected = source.column("v").combine_chunks().values.to_numpy().astype(np.float32)
+    assert np.array_equal(table.column("v").combine_chunks().values.to_numpy(), expected)
+    assert table.column("price").to_pylist() == [float(p) for p in source.column("price").to_pylist()]
+    # an append casts the same way, to the dataset's types
+    more = pa.RecordBatch.from_pydict({"id": pa.array([500]), "v": _json_doubles(1, 8, 500), "price": pa.array([9])})
+    (out,) = list(write_partition(iter([more]), uri=uri, mode="append", storage_options={}, target_schema=schema,
+                                  cast=spec.cast, **_limits()))
+    fragments = [lance.FragmentMetadata.from_json(f) for f in out.column("fragment").to_pylist()]
+    lance.LanceDataset.commit(uri, lance.LanceOperation.Append(fragments), 1)
+    assert pylance.dataset(uri).to_table().column("v").to_pylist()[-1] == [float(np.float32(x / 7.0))
+                                                                           for x in range(4000, 4008)]
+
+
+def test_a_value_that_cannot_be_cast_names_its_column() -> None:
+    words = pa.RecordBatch.from_pydict({"id": pa.array([1, 2]), "price": pa.array(["1.5", "cheap"])})
+    with pytest.raises(lance.SchemaMismatchError, match="column 'price': cannot store string as double"):
+        harmonize(words, with_casts(words.schema, {"price": "float64"}), {"price"})
+    ragged = pa.RecordBatch.from_pydict({"v": pa.array([[1.0, 2.0], [3.0]], pa.list_(pa.float64()))})
+    with pytest.raises(lance.SchemaMismatchError, match="column 'v': a row holds 1 items, not the 2"):
+        harmonize(ragged, with_casts(ragged.schema, {"v": "fixed_size_list<float32>[2]"}), {"v"})
+    with pytest.raises(lance.SchemaMismatchError, match="cast column 'nope' is not in the data"):
+        with_casts(words.schema, {"nope": "float32"})
 
 
 def test_vector_columns_come_from_spark_metadata_and_the_explicit_sizes() -> None:

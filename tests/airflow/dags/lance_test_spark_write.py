@@ -4,7 +4,6 @@ Spark job and a refused create. Paths come from LANCE_TEST_ROOT, set by the test
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import pathlib
 from typing import Any
@@ -13,6 +12,7 @@ from airflow.providers.common.compat.sdk import DAG
 
 from airflow_lance.assets.lance import create_asset
 from airflow_lance.operators.spark_write import LanceSparkWriteOperator
+from spark_write_faults import FailOnFirstTry, failure_recorder
 
 ROOT = os.environ.get("LANCE_TEST_ROOT", "/tmp/airflow-lance-test")
 DATASET = f"{ROOT}/ds.lance"
@@ -20,34 +20,7 @@ SOURCES = str(pathlib.Path(__file__).resolve().parents[1] / "spark_sources.py")
 SPARK_CONF = {"spark.ui.enabled": "false", "spark.log.level": "WARN", "spark.sql.shuffle.partitions": "2"}
 
 
-class FailOnFirstTry(LanceSparkWriteOperator):
-    """Fails its first try just before or just after the commit (fault injection)."""
-
-    def __init__(self, *, fail_at: str, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.fail_at = fail_at
-
-    def _commit(self, spec, staged, key, context):  # type: ignore[no-untyped-def]
-        first_try = context["ti"].try_number == 1
-        if first_try and self.fail_at == "before_commit":
-            raise RuntimeError("injected failure before the commit")
-        summary = super()._commit(spec, staged, key, context)
-        if first_try and self.fail_at == "after_commit":
-            raise RuntimeError("injected failure after the commit")
-        return summary
-
-
-def record_failure(context: Any) -> None:
-    """Keep the exception of a failed task where the test can read it."""
-    exc = context.get("exception")
-    folder = pathlib.Path(ROOT) / "failures"
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{context['ti'].task_id}.json").write_text(json.dumps({
-        "type": type(exc).__name__,
-        "mro": [cls.__name__ for cls in type(exc).__mro__],
-        "message": str(exc),
-    }))
-
+record_failure = failure_recorder(ROOT)
 
 common: dict[str, Any] = {"lance_conn_id": "lance_test", "conf": SPARK_CONF, "retry_delay": dt.timedelta(0)}
 

@@ -1,0 +1,45 @@
+"""Test DAG: casts on the way in (JSON doubles become float32 vectors), mistakes in casts, and
+``rewrite_on_retry`` after a landed commit. Paths come from LANCE_TEST_ROOT, set by the test."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from typing import Any
+
+from airflow.providers.common.compat.sdk import DAG
+
+from airflow_lance.operators.spark_write import LanceSparkWriteOperator
+from spark_write_faults import FailOnFirstTry, failure_recorder
+
+ROOT = os.environ.get("LANCE_TEST_ROOT", "/tmp/airflow-lance-test")
+SPARK_CONF = {"spark.ui.enabled": "false", "spark.log.level": "WARN", "spark.sql.shuffle.partitions": "2"}
+
+
+record_failure = failure_recorder(ROOT)
+
+common: dict[str, Any] = {"lance_conn_id": "lance_test", "conf": SPARK_CONF, "retry_delay": dt.timedelta(0),
+                          "source_format": "json", "trigger_rule": "all_done", "on_failure_callback": record_failure}
+
+with DAG("lance_test_spark_write_casts", schedule=None, start_date=dt.datetime(2025, 1, 1), catchup=False) as dag:
+    vectors = LanceSparkWriteOperator(
+        task_id="vectors_from_json", uri=f"{ROOT}/vectors.lance", mode="create", source_path=f"{ROOT}/vectors.json",
+        fixed_size_lists={"embedding": ["{{ 60 + 4 }}", "float32"]}, cast={"price": "float32"}, **common,
+    )
+    unknown_type = LanceSparkWriteOperator(
+        task_id="unknown_type", uri=f"{ROOT}/vectors.lance", mode="append", source_path=f"{ROOT}/vectors.json",
+        cast={"price": "flaot32"}, **common,
+    )
+    unknown_column = LanceSparkWriteOperator(
+        task_id="unknown_column", uri=f"{ROOT}/vectors.lance", mode="append", source_path=f"{ROOT}/vectors.json",
+        fixed_size_lists={"embedding": (64, "float32")}, cast={"prize": "float32"}, **common,
+    )
+    ragged = LanceSparkWriteOperator(
+        task_id="ragged_vector", uri=f"{ROOT}/vectors.lance", mode="append", source_path=f"{ROOT}/ragged.json",
+        fixed_size_lists={"embedding": (64, "float32")}, cast={"price": "float32"}, **common,
+    )
+    rewrite = FailOnFirstTry(
+        task_id="rewrite_on_retry", fail_at="after_commit", uri=f"{ROOT}/rewrite.lance", mode="append",
+        source_path=f"{ROOT}/small.json", rewrite_on_retry=True, retries=1, **common,
+    )
+    vectors >> unknown_type >> unknown_column >> ragged >> rewrite
