@@ -22,6 +22,7 @@ from airflow_lance.core.errors import (
     VersionNotFoundError,
 )
 from airflow_lance.core.fragment import DataFile, DeletionFile, FragmentMetadata
+from airflow_lance.core.history import DEFAULT_IDEMPOTENCY_LOOKBACK, LandedSearch, find_landed_version
 from airflow_lance.core.kartothek import (
     KartothekError,
     KartothekImportPlan,
@@ -59,6 +60,7 @@ __all__ = [
     "CompactionPlan",
     "CompactionTask",
     "CorruptFileError",
+    "DEFAULT_IDEMPOTENCY_LOOKBACK",
     "DataFile",
     "DatasetAlreadyExistsError",
     "DatasetNotFoundError",
@@ -70,6 +72,7 @@ __all__ = [
     "KartothekError",
     "KartothekImportPlan",
     "KartothekImportResult",
+    "LandedSearch",
     "LanceDataset",
     "LanceError",
     "LanceFragment",
@@ -91,6 +94,7 @@ __all__ = [
     "compact_files",
     "dataset",
     "find_kartothek_datasets",
+    "find_landed_version",
     "import_kartothek",
     "open_kartothek_table",
     "plan_kartothek_import",
