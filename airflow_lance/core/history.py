@@ -179,9 +179,10 @@ class LandedSearch:
     ``manifest``/``transaction``: the version committed with the key (None if
     not found). ``first``..``last``: the window of versions searched (empty,
     ``first`` > ``last``, when there was nothing to search); ``searched``: how
-    many of them still existed and were read. ``cleaned_up``: versions of the
-    window had been removed by cleanup, so a commit with the key in one of them
-    could not be recognised.
+    many of them were read (all that still exist when the key was not found).
+    ``cleaned_up``: versions of the window had been removed by cleanup, so a
+    commit with the key in one of them could not be recognised (the latest
+    version is read before anything is listed: a key found there leaves it False).
     """
 
     key: str
@@ -209,22 +210,37 @@ class LandedSearch:
         return text
 
 
+def _matches(history: History, key: str, versions: list[int]) -> tuple[ManifestFile, Transaction] | None:
+    for version, txn in zip(versions, history.transactions(versions)):
+        if txn is not None and txn.transaction_properties.get(IDEMPOTENCY_KEY) == key:
+            try:
+                return history.manifest(version), txn
+            except VersionNotFoundError:  # cleaned up between the two reads
+                continue
+    return None
+
+
 def search_landed(history: History, key: str, first: int, last: int) -> LandedSearch:
     """Search versions first..last of ``history`` (newest first) for a transaction with ``key``."""
     first = max(1, first)
+    # The latest version exists (cleanup never removes it): a retry usually finds its own commit
+    # there, so it is read before anything is listed.
+    head = [last] if first <= last and last == history.latest else []
+    found = _matches(history, key, head)
+    if found is not None:
+        return LandedSearch(key, first, last, 1, False, *found)
     versions = history.existing(first, last)
     cleaned_up = len(versions) < last - first + 1
-    # Read in batches, newest first: a retry usually finds its own commit among the latest.
-    batch = 1 if isinstance(history.store, LocalStore) else _READ_THREADS
-    for start in range(0, len(versions), batch):
-        chunk = versions[start : start + batch]
-        for version, txn in zip(chunk, history.transactions(chunk)):
-            if txn is not None and txn.transaction_properties.get(IDEMPOTENCY_KEY) == key:
-                try:
-                    manifest = history.manifest(version)
-                except VersionNotFoundError:  # cleaned up between the two reads
-                    continue
-                return LandedSearch(key, first, last, len(versions), cleaned_up, manifest, txn)
+    rest = [v for v in versions if v not in head]
+    # Newest first; on object stores in concurrent batches of 2, 4, then 8 (a hit is usually recent).
+    local = isinstance(history.store, LocalStore)
+    start, batch = 0, 1 if local else 2
+    while start < len(rest):
+        found = _matches(history, key, rest[start : start + batch])
+        start += batch
+        if found is not None:
+            return LandedSearch(key, first, last, len(head) + min(start, len(rest)), cleaned_up, *found)
+        batch = batch if local else min(2 * batch, _READ_THREADS)
     return LandedSearch(key, first, last, len(versions), cleaned_up)
 
 

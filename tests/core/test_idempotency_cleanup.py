@@ -48,8 +48,10 @@ def test_a_kept_version_whose_transaction_file_is_gone_is_not_ours_and_the_searc
 def test_without_cleanup_the_window_is_the_whole_lookback(uri):
     lance.write_dataset(one_row(1), uri)
     append(uri, {}, 2, 1, "run-2")
-    search = lance.find_landed_version(lance.dataset(uri).store, "run-2")
-    assert (search.version, search.first, search.last, search.searched, search.cleaned_up) == (2, 1, 2, 2, False)
+    search = lance.find_landed_version(lance.dataset(uri).store, "run-2")  # the latest: read first, nothing listed
+    assert (search.version, search.first, search.last, search.searched, search.cleaned_up) == (2, 1, 2, 1, False)
+    search = lance.find_landed_version(lance.dataset(uri).store, "")  # only a key-less version 1: no match
+    assert (search.version, search.searched, search.cleaned_up) == (None, 2, False)
     search = lance.find_landed_version(lance.dataset(uri).store, "other", lookback=1)
     assert (search.version, search.first, search.last, search.searched, search.cleaned_up) == (None, 2, 2, 1, False)
     assert "not found in versions 2..2" in search.describe() and "cleanup" not in search.describe()
