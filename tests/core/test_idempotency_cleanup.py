@@ -69,3 +69,17 @@ def test_a_concurrent_version_removed_by_cleanup_is_a_retryable_conflict_that_sa
     # The retry re-reads the dataset: the same fragments commit on top of version 5.
     again = lance.LanceDataset.commit(uri, lance.LanceOperation.Append(fragments), 5, idempotency_key="late")
     assert again.version == 6 and ids(uri, {}) == [1, 2, 3, 4, 5, 9]
+
+
+def test_a_rebase_onto_a_cleaned_up_read_version_is_a_retryable_conflict_that_says_so(uri):
+    from .conflict_cases import READ_VERSION, make_dataset, plan
+
+    make_dataset(uri)
+    theirs, mine = plan("delete_f0_other_rows", uri), plan("delete_f0", uri)  # needs a rebase
+    lance.LanceDataset.commit(uri, theirs, READ_VERSION)
+    lance.cleanup_old_versions(uri, retain_versions=1)  # the read version (2) is gone, version 3 stays
+    with pytest.raises(lance.CommitConflictError) as caught:
+        lance.LanceDataset.commit(uri, mine, READ_VERSION)
+    assert not isinstance(caught.value, lance.IncompatibleTransactionError)
+    assert "read version 2" in str(caught.value) and "was removed by a cleanup" in str(caught.value)
+    assert lance.dataset(uri).version == 3
