@@ -23,6 +23,7 @@ from airflow_lance.core.errors import (
     VersionNotFoundError,
 )
 from airflow_lance.core.fragment import DataFile, DeletionFile, FragmentMetadata
+from airflow_lance.core.history import DEFAULT_IDEMPOTENCY_LOOKBACK, LandedSearch, find_landed_version
 from airflow_lance.core.kartothek import (
     KartothekError,
     KartothekImportPlan,
@@ -61,6 +62,7 @@ __all__ = [
     "CompactionPlan",
     "CompactionTask",
     "CorruptFileError",
+    "DEFAULT_IDEMPOTENCY_LOOKBACK",
     "DataFile",
     "DatasetAlreadyExistsError",
     "DatasetNotFoundError",
@@ -72,6 +74,7 @@ __all__ = [
     "KartothekError",
     "KartothekImportPlan",
     "KartothekImportResult",
+    "LandedSearch",
     "LanceDataset",
     "LanceError",
     "LanceFragment",
@@ -95,6 +98,7 @@ __all__ = [
     "dataset",
     "ensure_committable",
     "find_kartothek_datasets",
+    "find_landed_version",
     "import_kartothek",
     "open_kartothek_table",
     "plan_kartothek_import",

@@ -11,6 +11,10 @@
 With an idempotency key, a version whose transaction carries the same key
 (within ``idempotency_lookback`` versions) is returned instead of committing
 twice: a retried task whose commit already landed does not add data again.
+The look-back (:func:`history.find_landed_version`) skips versions removed by
+cleanup: a key whose version was cleaned up is not found, and commits again.
+A concurrent version (after the read version) that was cleaned up cannot be
+checked for conflicts: a retryable CommitConflictError.
 """
 
 from __future__ import annotations
@@ -31,25 +35,14 @@ from airflow_lance.core.errors import (
     StorageError,
     VersionNotFoundError,
 )
-from airflow_lance.core.manifest import (
-    ManifestFile,
-    latest_version,
-    probe_newer,
-    read_manifest,
-    serialize_manifest,
-)
+from airflow_lance.core.history import DEFAULT_IDEMPOTENCY_LOOKBACK, History, search_landed
+from airflow_lance.core.manifest import ManifestFile, serialize_manifest
 from airflow_lance.core.rebase import rebase_deletions
 from airflow_lance.core.storage import ObjectStore, external
-from airflow_lance.core.transaction import (
-    IDEMPOTENCY_KEY,
-    Transaction,
-    read_transaction_file,
-    write_transaction_file,
-)
+from airflow_lance.core.transaction import IDEMPOTENCY_KEY, Transaction, write_transaction_file
 
 log = logging.getLogger(__name__)
 
-DEFAULT_IDEMPOTENCY_LOOKBACK = 100
 #: Retry slots are at least this long, and their number stops doubling at 2**_MAX_SLOT_EXPONENT.
 _MIN_SLOT_S = 0.001
 _MAX_SLOT_EXPONENT = 6
@@ -75,53 +68,6 @@ class SlotBackoff:
         slots = 2 ** min(self.attempt + 2, _MAX_SLOT_EXPONENT)
         self.attempt += 1
         return random.randrange(slots) * self._unit
-
-
-class _History:
-    """Versions and transactions read during one commit (each read once).
-
-    The latest version is found by probing forward from a known version, so a
-    commit costs the same whatever the number of old versions.
-    """
-
-    def __init__(self, store: ObjectStore, known: ManifestFile | None = None) -> None:
-        self.store = store
-        self._manifests: dict[int, ManifestFile] = {}
-        self._transactions: dict[int, Transaction | None] = {}
-        self.latest = 0
-        self.scheme = layout.ManifestNamingScheme.V2
-        if known is not None:
-            self._manifests[known.version] = known
-            self.latest, self.scheme = known.version, known.scheme
-        self.refresh()
-
-    def refresh(self) -> None:
-        if self.latest:
-            self.latest, self.scheme = probe_newer(self.store, self.latest, self.scheme)
-            return
-        found = latest_version(self.store)
-        if found is not None:
-            self.latest, self.scheme = found
-
-    def manifest(self, version: int) -> ManifestFile:
-        if version not in self._manifests:
-            try:
-                self._manifests[version] = read_manifest(self.store, version, self.scheme)
-            except VersionNotFoundError:
-                self._manifests[version] = read_manifest(self.store, version)
-        return self._manifests[version]
-
-    def transaction(self, version: int) -> Transaction | None:
-        if version not in self._transactions:
-            try:
-                name = self.manifest(version).manifest.transaction_file
-            except VersionNotFoundError as exc:
-                raise CommitConflictError(f"version {version} was cleaned up; re-read the dataset") from exc
-            try:
-                self._transactions[version] = read_transaction_file(self.store, name) if name else None
-            except FileNotFoundError:
-                self._transactions[version] = None
-        return self._transactions[version]
 
 
 def _write_hint(store: ObjectStore, version: int) -> None:
@@ -150,21 +96,22 @@ def _publish(store: ObjectStore, version: int, path: str, data: bytes) -> bool:
         return existing == data
 
 
-def _find_landed(history: _History, key: str, first: int, last: int) -> ManifestFile | None:
-    for version in range(last, first - 1, -1):
-        txn = history.transaction(version)
-        if txn is not None and txn.transaction_properties.get(IDEMPOTENCY_KEY) == key:
-            return history.manifest(version)
-    return None
+def _read_version_manifest(history: History, read_version: int) -> ManifestFile:
+    """The manifest a rebase starts from; a cleaned-up one is a retryable conflict."""
+    try:
+        return history.manifest(read_version)
+    except VersionNotFoundError as exc:
+        raise CommitConflictError(
+            f"read version {read_version} of {history.store.uri} was removed by a cleanup of old versions, so "
+            "the concurrent deletions cannot be rebased onto it; re-read the dataset and retry"
+        ) from exc
 
 
-def _check_concurrent(history: _History, mine: Transaction, first: int, last: int) -> bool:
+def _check_concurrent(history: History, mine: Transaction, first: int, last: int) -> bool:
     """Check versions first..last against ``mine``; return True if a rebase is needed."""
     needs_rebase = False
     for version in range(first, last + 1):
-        theirs = history.transaction(version)
-        if theirs is None:
-            raise CommitConflictError(f"version {version} has no transaction file; cannot check compatibility")
+        theirs = history.concurrent_transaction(version, mine.read_version)
         outcome = check(mine, theirs)
         if outcome is INCOMPATIBLE:
             raise IncompatibleTransactionError(
@@ -198,7 +145,7 @@ def commit_transaction(
     ``latest_known`` (a manifest the caller just read) saves reading it again.
     """
     store.ensure_committable()
-    history = _History(store, latest_known)
+    history = History(store, latest_known)
     if create_only and history.latest:
         raise DatasetAlreadyExistsError(f"dataset {store.uri} already exists")
     read_version = transaction.read_version
@@ -216,10 +163,12 @@ def commit_transaction(
             raise DatasetAlreadyExistsError(f"dataset {store.uri} was created concurrently")
         if key is not None and latest > searched:
             # Search from before read_version too: a retried task re-reads after its own commit landed.
-            landed = _find_landed(history, key, searched + 1, latest)
-            if landed is not None:
-                log.info("transaction %s already committed as version %d", key, landed.version)
-                return landed
+            # Versions removed by cleanup are skipped: a key committed in one of them is not found.
+            found = search_landed(history, key, searched + 1, latest)
+            log.debug("%s", found.describe())
+            if found.manifest is not None:
+                log.info("transaction %s already committed as version %d", key, found.manifest.version)
+                return found.manifest
             searched = latest
         needs_rebase |= _check_concurrent(history, transaction, checked + 1, latest)
         checked = latest
@@ -228,7 +177,7 @@ def commit_transaction(
             feature_flags.check_writable(base.manifest, store.uri)
         current = transaction
         if needs_rebase and base is not None:
-            read = history.manifest(read_version) if read_version else None
+            read = _read_version_manifest(history, read_version) if read_version else None
             current = rebase_deletions(store, transaction, base, read)
         if written is None or current is not written:
             txn_name = write_transaction_file(store, current)

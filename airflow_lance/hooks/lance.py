@@ -33,8 +33,8 @@ if TYPE_CHECKING:
 
 #: Operations that rewrite or annotate a dataset without changing its rows.
 NON_DATA_OPERATIONS = frozenset({"rewrite", "reserve_fragments", "update_config", "create_index"})
-#: How many recent versions a retried task searches for its own landed commit.
-IDEMPOTENCY_LOOKBACK = 100
+#: How many recent versions a retried task searches for its own landed commit (the core's default).
+IDEMPOTENCY_LOOKBACK = lance.DEFAULT_IDEMPOTENCY_LOOKBACK
 
 
 class LanceHook(BaseHook):
@@ -182,18 +182,21 @@ class LanceHook(BaseHook):
     def find_idempotent_commit(
         self, uri: str, idempotency_key: str, *, lookback: int = IDEMPOTENCY_LOOKBACK
     ) -> lance.LanceDataset | None:
-        """The version committed with ``idempotency_key`` among the last ``lookback`` versions, if any."""
+        """The version committed with ``idempotency_key`` among the last ``lookback`` versions, if any.
+
+        Versions removed by cleanup are skipped (the core's :func:`~airflow_lance.core.find_landed_version`,
+        which the commit itself uses too); when the key is not found and cleanup removed versions
+        of the window, a warning says that a commit with this key in one of them cannot be recognised.
+        """
         ds = self.dataset_or_none(uri)
         if ds is None:
             return None
-        for version in range(ds.version, max(0, ds.version - lookback), -1):
-            try:
-                txn = ds.read_transaction(version)
-            except lance.VersionNotFoundError:  # cleaned up: older versions are gone too
-                break
-            if txn is not None and txn.transaction_properties.get(lance.IDEMPOTENCY_KEY) == idempotency_key:
-                return ds if version == ds.version else ds.checkout_version(version)
-        return None
+        found = lance.find_landed_version(ds.store, idempotency_key, lookback=lookback, latest_known=ds.manifest_file)
+        if found.manifest is None:
+            log = self.log.warning if found.cleaned_up else self.log.info
+            log("%s: %s", ds.uri, found.describe())
+            return None
+        return ds if found.manifest.version == ds.version else lance.LanceDataset(ds.store, found.manifest)
 
     # -- new versions -------------------------------------------------------------------
     def check_version(

@@ -32,6 +32,7 @@ import airflow_lance.core as lance
 from airflow_lance.assets.lance import emit_dataset_event, with_dataset_outlet
 from airflow_lance.connection import DEFAULT_CONN_ID
 from airflow_lance.hooks.lance import LanceHook
+from airflow_lance.operators._cleanup_safety import cleanup_warning
 from airflow_lance.operators._spark_submit import SparkJobRunner, run_task_job, spark_hook_kwargs
 from airflow_lance.operators.spark_write import default_idempotency_key
 from airflow_lance.spark.spec import staging_location
@@ -381,6 +382,13 @@ class LanceCleanupOldVersionsOperator(_LanceMaintenanceOperator):
     :param older_than: versions older than this go: a ``timedelta`` or a number of days
         (default 14 days when ``retain_versions`` is not given either). (templated)
     :param retain_versions: always keep this many newest versions. (templated)
+
+    A retried write finds its landed commit (by its idempotency key) only while that version
+    exists. Before cleaning up, the operator logs a warning when a writer of the same dataset in
+    its DAG (a ``LanceSparkWriteOperator`` with retries that is not upstream of the cleanup in a
+    DAG with ``max_active_runs=1``) can retry while the cleanup runs and the policy can remove a
+    version younger than that writer's retry window (``retain_versions`` without ``older_than``,
+    or ``older_than`` shorter than the window).
     :param delete_unverified: also delete unreferenced files younger than 7 days (only
         when no writer can be running). (templated)
     :param error_if_tagged_old_versions: fail (deleting nothing) when a tagged version is
@@ -425,6 +433,9 @@ class LanceCleanupOldVersionsOperator(_LanceMaintenanceOperator):
         dry_run = _as_bool("dry_run", self.dry_run)
         if not dry_run:
             self.hook.check_writable(self.uri)
+        warning = cleanup_warning(self, older_than, retain_versions, self.hook.resolve_uri)
+        if warning:
+            self.log.warning("%s", warning)
         ds = self.hook.get_dataset(self.uri)
         versions_before = len(ds.versions())
         stats = lance.cleanup_old_versions(

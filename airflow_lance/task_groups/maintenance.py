@@ -80,7 +80,12 @@ def lance_maintenance_task_group(
     :param min_deleted_row_ratio: ... or at least this fraction of deleted rows (both None:
         whenever the compaction plan has tasks).
     :param cleanup_older_than: ``older_than`` of the cleanup (timedelta or days). (templated)
-    :param retain_versions: ``retain_versions`` of the cleanup. (templated)
+        Keep it at least as long as the retry window of the writers that can retry while the
+        cleanup runs: a retried write finds its landed commit only while that version exists.
+        The cleanup task logs a warning when it is shorter (see
+        :class:`~airflow_lance.operators.maintenance.LanceCleanupOldVersionsOperator`).
+    :param retain_versions: ``retain_versions`` of the cleanup. (templated) Alone (without
+        ``cleanup_older_than``) it removes versions of any age, however recent.
     :param delete_unverified: ``delete_unverified`` of the cleanup. (templated)
     :param error_if_tagged_old_versions: ``error_if_tagged_old_versions`` of the cleanup. (templated)
     :param dry_run: run the cleanup as a dry run. (templated)

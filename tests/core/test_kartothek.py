@@ -559,3 +559,22 @@ def test_result_is_json_ready(tmp_path):
     document = json.loads(json.dumps(result.to_dict()))
     assert document["secondary_indices"][0]["column"] == "id" and document["verification"]["ok"] is True
     assert (document["partitions"], document["rows"], document["version"]) == (14, 21, 1)
+
+
+def test_reimport_and_a_new_import_after_cleanup_of_the_earlier_imports(tmp_path):
+    store = copy_datasets(tmp_path / "src", "updated")
+    target = str(tmp_path / "t")
+    ktk.import_kartothek(store, "updated", target_uri=target)
+    document = load_json_metadata(store, "updated")
+    partitions = list(document["partitions"])
+    document["partitions"].pop(partitions[0])
+    save_json_metadata(store, "updated", document)
+    second = ktk.import_kartothek(store, "updated", target_uri=target, mode="overwrite")
+    lance.cleanup_old_versions(target, retain_versions=1)  # the first import's version is gone
+    again = ktk.import_kartothek(store, "updated", target_uri=target, mode="overwrite")
+    assert (again.version, again.rows, again.already_imported) == (2, second.rows, True)
+    document["partitions"].pop(partitions[1])
+    save_json_metadata(store, "updated", document)
+    third = ktk.import_kartothek(store, "updated", target_uri=target, mode="overwrite")
+    assert (third.version, third.already_imported) == (3, False) and third.rows < second.rows
+    assert lance.dataset(target).count_rows() == third.rows

@@ -31,27 +31,25 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from airflow_lance.core import layout
-from airflow_lance.core.commit import DEFAULT_IDEMPOTENCY_LOOKBACK, commit_transaction
+from airflow_lance.core.commit import commit_transaction
 from airflow_lance.core.errors import (
     CommitStateUnknownError,
     DatasetAlreadyExistsError,
     InvalidInputError,
-    VersionNotFoundError,
 )
 from airflow_lance.core.fragment import FragmentMetadata
+from airflow_lance.core.history import DEFAULT_IDEMPOTENCY_LOOKBACK, find_landed_version
 from airflow_lance.core.kartothek.metadata import open_source_store, read_raw_metadata
 from airflow_lance.core.kartothek.read import DEFAULT_BATCH_ROWS, read_partition
 from airflow_lance.core.kartothek.validate import KartothekTable, SecondaryIndexInfo, open_kartothek_table
 from airflow_lance.core.kartothek.verify import VerificationReport, verify_kartothek_import
-from airflow_lance.core.manifest import ManifestFile, latest_version, read_manifest
+from airflow_lance.core.manifest import ManifestFile, latest_version
 from airflow_lance.core.schema import LanceSchema
 from airflow_lance.core.storage import ObjectStore, open_store
 from airflow_lance.core.transaction import (
-    IDEMPOTENCY_KEY,
     LanceOperation,
     Transaction,
     build_properties,
-    read_transaction_file,
 )
 from airflow_lance.core.write import MAX_BYTES_PER_FILE, MAX_ROWS_PER_FILE, write_data_files
 
@@ -178,26 +176,12 @@ def idempotency_key(dataset_uuid: str, table: str, metadata_sha256: str, partiti
 
 def _find_landed(store: ObjectStore, key: str, lookback: int = DEFAULT_IDEMPOTENCY_LOOKBACK) -> (
         tuple[ManifestFile, Transaction] | None):
-    """The version (among the latest ``lookback``) committed with idempotency key ``key``."""
-    found = latest_version(store)
-    if found is None:
+    """The version (among the latest ``lookback`` that cleanup left) committed with idempotency key ``key``."""
+    found = find_landed_version(store, key, lookback=lookback)
+    log.debug("%s", found.describe())
+    if found.manifest is None or found.transaction is None:
         return None
-    latest, scheme = found
-    for version in range(latest, max(0, latest - lookback), -1):
-        try:
-            manifest = read_manifest(store, version, scheme)
-        except VersionNotFoundError:
-            break  # cleaned up: older ones are too
-        name = manifest.manifest.transaction_file
-        if not name:
-            continue
-        try:
-            transaction = read_transaction_file(store, name)
-        except FileNotFoundError:
-            continue
-        if transaction.transaction_properties.get(IDEMPOTENCY_KEY) == key:
-            return manifest, transaction
-    return None
+    return found.manifest, found.transaction
 
 
 def _source_properties(source: KartothekTable, partition_columns: str) -> dict[str, str]:

@@ -176,3 +176,37 @@ def test_connection_errors_name_the_connection(monkeypatch: pytest.MonkeyPatch) 
         LanceHook(lance_conn_id="lance_typo").resolve_uri("ds.lance")
     assert str(raised.value).startswith(
         "connection 'lance_typo': unknown key 'regoin' (did you mean 'region'?) in the connection extra")
+
+
+
+def _log_lines(capsys: pytest.CaptureFixture[str], needle: str) -> list[str]:
+    """Lines of Airflow's (structlog) console log that contain ``needle``."""
+    return [line for line in capsys.readouterr().out.splitlines() if needle in line]
+
+
+def test_find_idempotent_commit_after_cleanup(root: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    hook = LanceHook(lance_conn_id="lance_local")
+    lance.write_dataset(_table([1]), str(root / "ds.lance"))
+    for version in range(2, 6):
+        fragments = lance.write_fragments(_table([version]), str(root / "ds.lance"))
+        hook.commit("ds.lance", lance.LanceOperation.Append(fragments), version - 1, idempotency_key=f"run-{version}")
+    hook.get_dataset("ds.lance").tags.create("keep", 2)
+    lance.cleanup_old_versions(str(root / "ds.lance"), retain_versions=2, error_if_tagged_old_versions=False)
+    assert [v["version"] for v in hook.list_versions("ds.lance")] == [2, 4, 5]
+
+    kept = hook.find_idempotent_commit("ds.lance", "run-4")
+    assert kept is not None and (kept.version, kept.count_rows()) == (4, 4)
+    tagged = hook.find_idempotent_commit("ds.lance", "run-2")  # behind the cleaned-up version 3
+    assert tagged is not None and (tagged.version, tagged.count_rows()) == (2, 2)
+    capsys.readouterr()
+    assert hook.find_idempotent_commit("ds.lance", "run-3") is None
+    [line] = _log_lines(capsys, "run-3")
+    assert "[warning" in line and (
+        f"file://{root / 'ds.lance'}: idempotency key 'run-3' not found in versions 1..5 (only 3 of them still "
+        "exist: cleanup removed the others, and a commit with this key in one of those cannot be recognised)"
+    ) in line
+    fragments = lance.write_fragments(_table([6]), str(root / "ds.lance"))
+    assert hook.commit("ds.lance", lance.LanceOperation.Append(fragments), 5, idempotency_key="run-6").version == 6
+    assert hook.find_idempotent_commit("ds.lance", "run-7", lookback=1) is None  # nothing was cleaned in 6..6
+    [line] = _log_lines(capsys, "run-7")
+    assert "[info" in line and "not found in versions 6..6" in line
