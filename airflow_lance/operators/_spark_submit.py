@@ -101,7 +101,8 @@ def job_failure_message(what: str, exc: AirflowException, job_failure: str | Non
 
     The cause is ``job_failure``, the job's ``airflow-lance job failed: ...`` line (for Spark's
     errors, their error class and message, e.g. ``PATH_NOT_FOUND: Path does not exist: ...``),
-    else that line in the tail, else the last error spark-submit printed, else its exit status.
+    else that line in the tail, else the last error spark-submit printed, else its exit status
+    (or the hook's own message when spark-submit did not exit with one).
     """
     text = str(exc)
     head, _, tail = text.partition(_TAIL_HEADER)
@@ -112,11 +113,13 @@ def job_failure_message(what: str, exc: AirflowException, job_failure: str | Non
     if not causes:
         causes = [line for line in lines if _SUBMIT_ERROR.match(line)]
     if causes:
-        cause = causes[-1]
+        cause = re.sub(r'^Exception in thread "[^"]*" ', "", causes[-1])
     elif status and int(status.group(1)) < 0:
         cause = f"spark-submit was killed (signal {-int(status.group(1))})"
-    else:
+    elif status or not head.strip():
         cause = f"spark-submit {exit_status}"
+    else:  # the hook refused or lost the job (no exit status): its own words
+        cause = head.strip().splitlines()[0]
     message = f"{cause}\n{what[:1].upper()}{what[1:]} failed (spark-submit {exit_status}); nothing was committed."
     return message + (_TAIL_HEADER + tail if tail else "")
 

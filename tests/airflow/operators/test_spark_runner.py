@@ -27,6 +27,7 @@ from lance_airflow_testing import SparkSubmitSpy, connection_env, load_dag, task
 
 import airflow_lance.core as lance
 from airflow_lance.operators._spark_process import child_environment, find_spark_binary
+from airflow_lance.operators._spark_submit import LanceSparkJobError, SparkJobRunner, spark_hook_kwargs
 
 SECRET = "S3cr3t-value-never-in-a-child-4d2e"
 TIMEOUT_SECONDS = 90  # Spark starts in 20-30 s on a busy 2-core VM; the job must be in its workers
@@ -174,3 +175,19 @@ def test_spark_home_and_environment_rules(tmp_path: pathlib.Path) -> None:
               "PGPASSWORD": "p", "AWS_SECRET_ACCESS_KEY": "a", "JAVA_HOME": "/j", "AIRFLOW_HOME": "/h"}
     assert child_environment(worker, {"EXTRA": 1}) == {
         "AWS_SECRET_ACCESS_KEY": "a", "JAVA_HOME": "/j", "AIRFLOW_HOME": "/h", "EXTRA": "1"}
+
+
+def test_spark_submit_refusing_the_job_names_its_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the job never starts, the cause is spark-submit's own error line."""
+    monkeypatch.setenv(*connection_env("spark_nowhere", conn_type="spark", host="nowhere://cluster"))
+    runner = SparkJobRunner(spark_hook_kwargs(spark_conn_id="spark_nowhere", conf=None, name="airflow-lance-t"))
+    with pytest.raises(LanceSparkJobError) as raised:
+        runner.run("{}", "lance-test.json", "the test job")
+    lines = str(raised.value).splitlines()
+    assert lines[:4] == [
+        "org.apache.spark.SparkException: Master must either be yarn or start with spark, k8s, or local",
+        "The test job failed (spark-submit exit status 1); nothing was committed.",
+        "Last spark-submit output:",
+        'Exception in thread "main" org.apache.spark.SparkException: Master must either be yarn or start with '
+        "spark, k8s, or local",
+    ]
