@@ -79,6 +79,8 @@ class KartothekToLanceOperator(BaseOperator):
     :param spark_binary: ``spark-submit`` by default (``execution="spark"``).
     :param spark_submit_kwargs: further ``SparkSubmitHook`` arguments (``executor_memory``,
         ``num_executors``, ``deploy_mode``, ``packages``, ...).
+    :param spark_log_level: Spark's log level (``spark.log.level``, unless ``conf`` sets it):
+        ``WARN`` by default, ``INFO`` or ``DEBUG`` to see Spark's progress.
 
     Returns ``{"uri", "dataset_uuid", "table", "mode", "version", "partitions",
     "empty_partitions", "rows", "fragments", "bytes", "already_imported", "partition_keys",
@@ -114,6 +116,7 @@ class KartothekToLanceOperator(BaseOperator):
         conf: Mapping[str, Any] | None = None,
         spark_binary: str | None = None,
         spark_submit_kwargs: Mapping[str, Any] | None = None,
+        spark_log_level: str = "WARN",
         **kwargs: Any,
     ) -> None:
         with_dataset_outlet(target, kwargs)
@@ -135,6 +138,7 @@ class KartothekToLanceOperator(BaseOperator):
         self.conf = dict(conf or {})
         self.spark_binary = spark_binary
         self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
+        self.spark_log_level = spark_log_level
         self._spark_job: SparkJobRunner | None = None
         if num_partitions is not None and (isinstance(num_partitions, bool) or not isinstance(num_partitions, int)
                                            or num_partitions <= 0):
@@ -248,6 +252,7 @@ class KartothekToLanceOperator(BaseOperator):
         self._spark_job = SparkJobRunner(spark_hook_kwargs(
             spark_conn_id=self.spark_conn_id, conf=self.conf, name=f"airflow-lance-{self.task_id}",
             spark_binary=self.spark_binary, spark_submit_kwargs=self.spark_submit_kwargs,
+            spark_log_level=self.spark_log_level,
         ))
         staged = run_task_job(self._spark_job, spec, f"the Spark Kartothek import job for {plan.target_uri}")
         if staged.info.get("already_imported_version") is not None:

@@ -222,6 +222,8 @@ class LanceCompactFilesOperator(_LanceMaintenanceOperator):
     :param spark_binary: ``spark-submit`` by default (mode ``spark``).
     :param spark_submit_kwargs: further ``SparkSubmitHook`` arguments (``executor_memory``,
         ``num_executors``, ``deploy_mode``, ``packages``, ...) (mode ``spark``).
+    :param spark_log_level: Spark's log level (``spark.log.level``, unless ``conf`` sets it):
+        ``WARN`` by default, ``INFO`` or ``DEBUG`` to see Spark's progress.
 
     Returns ``{"uri", "version", "read_version", "mode", "fragments_before", "fragments_after",
     "fragments_removed", "fragments_added", "files_removed", "files_added", "rows", "bytes",
@@ -249,6 +251,7 @@ class LanceCompactFilesOperator(_LanceMaintenanceOperator):
         conf: Mapping[str, Any] | None = None,
         spark_binary: str | None = None,
         spark_submit_kwargs: Mapping[str, Any] | None = None,
+        spark_log_level: str = "WARN",
         **kwargs: Any,
     ) -> None:
         super().__init__(uri=uri, lance_conn_id=lance_conn_id, **kwargs)
@@ -259,6 +262,7 @@ class LanceCompactFilesOperator(_LanceMaintenanceOperator):
         self.conf = dict(conf or {})
         self.spark_binary = spark_binary
         self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
+        self.spark_log_level = spark_log_level
         self._spark_job: SparkJobRunner | None = None
         if "{{" not in str(mode):
             self._check_mode(mode)
@@ -332,6 +336,7 @@ class LanceCompactFilesOperator(_LanceMaintenanceOperator):
         self._spark_job = SparkJobRunner(spark_hook_kwargs(
             spark_conn_id=self.spark_conn_id, conf=self.conf, name=f"airflow-lance-{self.task_id}",
             spark_binary=self.spark_binary, spark_submit_kwargs=self.spark_submit_kwargs,
+            spark_log_level=self.spark_log_level,
         ))
         staged = run_task_job(self._spark_job, spec, f"the Spark compaction job for {ds.uri}")
         if len(staged.results) != len(plan.tasks):

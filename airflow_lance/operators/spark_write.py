@@ -34,6 +34,7 @@ from airflow_lance.operators._spark_submit import (
     LanceSparkJobError,
     LanceStagedResultError,
     SparkJobRunner,
+    SparkSubmitNotFoundError,
     spark_hook_kwargs,
 )
 from airflow_lance.spark.spec import (
@@ -129,6 +130,8 @@ class LanceSparkWriteOperator(BaseOperator):
     :param spark_binary: ``spark-submit`` by default.
     :param spark_submit_kwargs: further ``SparkSubmitHook`` arguments (keytab, principal,
         proxy_user, properties_file, yarn_queue, deploy_mode, ...).
+    :param spark_log_level: Spark's log level (``spark.log.level``, unless ``conf`` sets it):
+        ``WARN`` by default, ``INFO`` or ``DEBUG`` to see Spark's progress.
 
     Returns ``{"uri", "mode", "version", "read_version", "num_rows", "num_fragments",
     "bytes_written"}``. A dataset given by a static URI or path is added to ``outlets``;
@@ -193,6 +196,7 @@ class LanceSparkWriteOperator(BaseOperator):
         fixed_size_lists: Mapping[str, Any] | None = None,
         cast: Mapping[str, str] | None = None,
         rewrite_on_retry: bool = False,
+        spark_log_level: str = "WARN",
         **kwargs: Any,
     ) -> None:
         with_dataset_outlet(uri, kwargs)
@@ -226,6 +230,7 @@ class LanceSparkWriteOperator(BaseOperator):
         self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
         self.fixed_size_lists = dict(fixed_size_lists or {})
         self.cast, self.rewrite_on_retry = dict(cast or {}), rewrite_on_retry
+        self.spark_log_level = spark_log_level
         self._spark_job: SparkJobRunner | None = None
         if "{{" not in str(mode):
             self._check_mode(mode)
@@ -367,6 +372,7 @@ class LanceSparkWriteOperator(BaseOperator):
             name=f"airflow-lance-{self.task_id}",
             spark_binary=self.spark_binary,
             spark_submit_kwargs=self.spark_submit_kwargs,
+            spark_log_level=self.spark_log_level,
             py_files=self.py_files,
             jars=self.jars,
             packages=self.packages,
@@ -446,4 +452,10 @@ class LanceSparkWriteOperator(BaseOperator):
             self._spark_job.kill()
 
 
-__all__ = ["LanceSparkJobError", "LanceSparkWriteOperator", "LanceStagedResultError", "default_idempotency_key"]
+__all__ = [
+    "LanceSparkJobError",
+    "LanceSparkWriteOperator",
+    "LanceStagedResultError",
+    "SparkSubmitNotFoundError",
+    "default_idempotency_key",
+]

@@ -1,6 +1,7 @@
 """spark-submit entry point of the airflow-lance Spark jobs: ``main([spec_file])``.
 
-The spec file (shipped with ``--files``) is either
+The spec file (a local path on the driver in client deploy mode; shipped with ``--files`` in
+cluster deploy mode, where the job deletes the copies when it ends) is either
 
 * a :class:`~airflow_lance.spark.spec.WriteJobSpec`: load the source as a DataFrame, write
   fragments on the executors, validate the row count and stage the
@@ -11,11 +12,14 @@ The spec file (shipped with ``--files``) is either
 
 A job never commits: the operator does, once, from the staged result. Exit status 0 on
 success, 1 with a one-line ``airflow-lance job failed: ...`` message (plus the traceback)
-otherwise. Nothing printed contains storage options.
+otherwise. Nothing printed contains storage options. The application keeps the name
+spark-submit gives it (``--name``); ``airflow-lance`` only when it has none.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib
 import json
 import os
@@ -40,16 +44,22 @@ if TYPE_CHECKING:
 APP_NAME = "airflow-lance"
 #: A Lance error as an executor's traceback ends with it (inside Spark's PythonException text).
 _EXECUTOR_ERROR = re.compile(r"^airflow_lance\.[\w.]+\.(\w+(?:Error|Exception)): (.+)$", re.MULTILINE)
+#: A Spark error with an error class: ``[PATH_NOT_FOUND] Path does not exist: ... SQLSTATE: 42K03``.
+_SPARK_ERROR_CLASS = re.compile(r"^\[([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)\] (.*?)(?:\s*SQLSTATE: \w+)?$")
 
 
 def describe_failure(exc: BaseException) -> str:
     """``Type: message`` of a failure; for an error raised on an executor (wrapped by Spark),
-    the Lance error it ends with rather than Spark's wrapper."""
+    the Lance error it ends with rather than Spark's wrapper; for a Spark error with an error
+    class, ``CLASS: message`` (e.g. ``PATH_NOT_FOUND: Path does not exist: file:/x.``)."""
     found = _EXECUTOR_ERROR.findall(str(exc))
     if found:
         name, message = found[-1]
         return f"{name}: {message} (on an executor)"
     first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    spark_error = _SPARK_ERROR_CLASS.match(first_line)
+    if spark_error:
+        return f"{spark_error.group(1)}: {spark_error.group(2)}"
     return f"{type(exc).__name__}: {first_line}"
 
 
@@ -66,6 +76,16 @@ def parse_spec(text: str | bytes) -> WriteJobSpec | TaskJobSpec:
 
 def read_spec(argument: str) -> WriteJobSpec | TaskJobSpec:
     """Load the spec from ``argument``: a local path, else a file distributed with ``--files``."""
+    path, _ = find_spec_file(argument)
+    with open(path, "rb") as handle:
+        return parse_spec(handle.read())
+
+
+def find_spec_file(argument: str) -> tuple[str, bool]:
+    """The spec file of ``argument`` and whether it is a copy Spark distributed (``--files``):
+    ``argument`` itself if it is a local file, else the distributed copy."""
+    if os.path.isfile(argument):
+        return argument, False
     candidates = [argument]
     try:
         from pyspark import SparkFiles
@@ -74,11 +94,31 @@ def read_spec(argument: str) -> WriteJobSpec | TaskJobSpec:
     except Exception:  # noqa: BLE001, S110 - no SparkContext / no distributed files: look in the cwd
         pass
     candidates.append(os.path.basename(argument))
-    for path in candidates:
+    for path in candidates[1:]:
         if os.path.isfile(path):
-            with open(path, "rb") as handle:
-                return parse_spec(handle.read())
+            return path, True
     raise JobSpecError(f"job spec file {argument!r} not found (looked in {candidates})")
+
+
+def remove_shipped_spec(spark: SparkSession, name: str) -> None:
+    """Delete the executors' copies of the spec shipped with ``--files`` (cluster deploy mode).
+
+    Spark cannot take back a distributed file, so one task per core slot deletes the copy
+    in its executor's directory. Best effort: Spark does not promise that the tasks reach
+    every executor (on YARN and Kubernetes the container directories go with the
+    application anyway; on a standalone cluster, executors that ran none of these tasks keep
+    the copy until the worker's own cleanup, ``spark.worker.cleanup.enabled``).
+    """
+    slots = max(spark.sparkContext.defaultParallelism, 1)
+    spark.sparkContext.parallelize(range(slots), slots).foreachPartition(
+        functools.partial(_remove_distributed_file, name))
+
+
+def _remove_distributed_file(name: str, _rows: object = None) -> None:
+    from pyspark import SparkFiles
+
+    with contextlib.suppress(OSError):
+        os.remove(SparkFiles.get(name))
 
 
 def load_source(spark: SparkSession, source: SourceSpec) -> DataFrame:
@@ -138,10 +178,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     from pyspark.sql import SparkSession
 
-    spark = SparkSession.builder.appName(APP_NAME).getOrCreate()
+    builder = SparkSession.builder
+    if not os.environ.get("PYSPARK_GATEWAY_PORT"):  # spark-submit names every application (--name)
+        builder = builder.appName(APP_NAME)
+    spark = builder.getOrCreate()
+    shipped: str | None = None
     try:
         start = time.monotonic()
-        spec = read_spec(args[0])
+        print(f"airflow-lance job: application {spark.sparkContext.appName!r} "
+              f"({spark.sparkContext.applicationId})", flush=True)
+        path, was_shipped = find_spec_file(args[0])
+        if was_shipped:
+            shipped = os.path.basename(path)
+        with open(path, "rb") as handle:
+            spec = parse_spec(handle.read())
+        if shipped:
+            os.remove(path)  # the driver's copy; the executors' go at the end
         if isinstance(spec, TaskJobSpec):
             print(f"airflow-lance job: {spec.describe()}", flush=True)
             staged = run_task_job(spark, spec)
@@ -161,7 +213,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"airflow-lance job failed: {describe_failure(exc)}", file=sys.stderr, flush=True)
         return 1
     finally:
-        spark.stop()
+        try:
+            if shipped:
+                remove_shipped_spec(spark, shipped)
+        except Exception as exc:  # noqa: BLE001 - best effort, the job's outcome stands
+            print(f"airflow-lance job: could not remove the shipped spec: {describe_failure(exc)}", flush=True)
+        finally:
+            spark.stop()
 
 
 if __name__ == "__main__":

@@ -88,8 +88,9 @@ def rendered_fields(dag_run: Any) -> dict[str, Any]:
 
 
 class SparkSubmitSpy:
-    """A ``spark-submit`` first on the PATH that records each command line and the output,
-    then execs the real one (same process, so exit status and kills behave as usual)."""
+    """A ``spark-submit`` first on the PATH that records each command line and the output (all
+    calls' in ``output``, each call's in ``output-<pid>``), then execs the real one (same
+    process, so exit status and kills behave as usual)."""
 
     def __init__(self, folder: pathlib.Path) -> None:
         self.folder = folder
@@ -99,13 +100,23 @@ class SparkSubmitSpy:
         script.write_text(
             "#!/usr/bin/env bash\n"
             f'printf "%s\\n" "$@" > "{folder}/argv-$$-$RANDOM"\n'
-            f'exec > >(tee -a "{folder}/output") 2>&1\n'
+            f'exec > >(tee -a "{folder}/output" "{folder}/output-$$") 2>&1\n'
             f'exec "{real}" "$@"\n'
         )
         script.chmod(0o755)
 
     def calls(self) -> list[list[str]]:
         return [p.read_text().splitlines() for p in sorted(self.folder.glob("argv-*"))]
+
+    def runs(self) -> list[tuple[int, list[str], str]]:
+        """``(pid, command line, output)`` of each call, in the order they started."""
+        runs = []
+        for argv in sorted(self.folder.glob("argv-*"), key=lambda p: p.stat().st_mtime_ns):
+            pid = int(argv.name.split("-")[1])
+            output = self.folder / f"output-{pid}"
+            runs.append((pid, argv.read_text().splitlines(),
+                         output.read_text(errors="replace") if output.exists() else ""))
+        return runs
 
     def output(self) -> str:
         path = self.folder / "output"

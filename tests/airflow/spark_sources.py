@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import pathlib
+from collections.abc import Iterator
+
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -37,3 +42,41 @@ def slow_rows(spark: SparkSession) -> DataFrame:
 
     time.sleep(600)
     return spark.range(1)
+
+
+def sleepy_rows(spark: SparkSession) -> DataFrame:
+    """Rows that never come in time: the driver and each Python worker write their pid into
+    ``$LANCE_TEST_ROOT/pids`` (the worker also its parent's, PySpark's worker daemon), then the
+    workers sleep."""
+    _note_pid("driver")
+    return spark.range(0, 4, 1, 2).mapInArrow(_sleep_in_worker, "id long")
+
+
+def _sleep_in_worker(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    import time
+
+    _note_pid("worker")
+    time.sleep(600)
+    yield from batches
+
+
+def _note_pid(kind: str) -> None:
+    folder = pathlib.Path(os.environ["LANCE_TEST_ROOT"]) / "pids"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{kind}-{os.getpid()}").write_text(str(os.getppid()))
+
+
+def environment_rows(spark: SparkSession) -> DataFrame:
+    """The names of the environment variables of the driver and of the Python workers
+    (``where``, ``name``), and the application's name (``where="app_name"``)."""
+    driver = [("driver", name) for name in sorted(os.environ)] + [("app_name", spark.sparkContext.appName)]
+    local = spark.createDataFrame(driver, "where string, name string")
+    workers = spark.range(0, 2, 1, 2).mapInArrow(_worker_environment, "where string, name string")
+    return local.unionByName(workers)
+
+
+def _worker_environment(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    for _ in batches:
+        pass
+    names = sorted(os.environ)
+    yield pa.RecordBatch.from_pydict({"where": ["worker"] * len(names), "name": names})

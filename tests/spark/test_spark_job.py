@@ -81,7 +81,9 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> JobRun:
     command = [
         shutil.which("spark-submit") or "spark-submit", "--master", "local[2]", "--conf", "spark.ui.enabled=false",
         "--conf", "spark.log.level=WARN", "--py-files", str(build_code_zip(work)), "--files", str(spec_file),
-        str(write_launcher(work)), spec_file.name,
+        # as in cluster deploy mode: the argument is not a file where the driver runs, the spec comes
+        # through --files (and the job deletes the copies when it ends)
+        str(write_launcher(work)), f"/nonexistent-on-the-driver/{spec_file.name}",
     ]
     process = subprocess.run(command, env=env, cwd=work, capture_output=True, text=True, timeout=600,
                              check=False)
@@ -91,6 +93,7 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> JobRun:
 def test_job_stages_fragments_and_never_commits(job: JobRun) -> None:
     assert job.process.returncode == 0, job.process.stdout[-3000:] + job.process.stderr[-3000:]
     assert "airflow-lance job: staged" in job.process.stdout
+    assert "could not remove the shipped spec" not in job.process.stdout
     result = WriteJobResult.load(job.spec.staging_root, job.spec.staging_name, {})
     assert result is not None and result.spec_digest == job.spec.digest()
     assert result.num_rows == ROWS and sum(f.physical_rows for f in result.fragments) == ROWS
