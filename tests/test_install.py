@@ -79,3 +79,5 @@ def test_readme_install_line_in_a_fresh_virtualenv(tmp_path: pathlib.Path) -> No
                   "print(pyspark.__version__, pandas.__version__, pyarrow.__version__, p.__version__)"],
                  env, timeout=120)
     print(f"pyspark, pandas, pyarrow, protobuf: {check.stdout.strip()}")
+    pyspark_version, pandas_version = check.stdout.split()[:2]
+    assert pyspark_version == "4.2.0" and int(pandas_version.split(".")[0]) < 3, check.stdout  # the spark extra's bounds
