@@ -3,12 +3,14 @@
 ``dag.test()`` runs the DAG for consecutive logical dates against SeaweedFS (a real S3 server):
 the day's Spark write, a Spark SQL append, the version sensor, the expiry of an old tag, the
 maintenance task group (stats, compaction, cleanup with ``retain_versions=2``) and the day's tag.
-On the third day the ingest task fails right after its commit landed and Airflow retries it.
+On one day (the third of the week) the ingest task fails right after its commit landed and
+Airflow retries it.
 After every day pylance reads the dataset; after the last, the bytes under the dataset's prefix
 are compared with pylance doing the same week (same data, compaction, cleanup and tags).
 
-The short variant (three days: the day after the first cleanup, and the retry) runs in
-``make test``; the full week runs in ``make stress`` (``--run-slow``).
+The short variant (two days, the retry on the second: the first writes after a cleanup removed
+versions) runs in ``make test``; five days with the retry on the third run in ``make stress``
+(``--run-slow``).
 """
 
 from __future__ import annotations
@@ -35,10 +37,9 @@ import airflow_lance.core as lance
 
 DAG_ID = "example_lance_daily_pipeline"
 FIRST_DAY = dt.datetime(2025, 3, 3, tzinfo=dt.timezone.utc)
-RETRY_DAY = 3  # the ingest of this day fails after its commit landed; the retry must add nothing
 GROUP = "lance_maintenance"
 BRANCH_SKIPPABLE = {f"{GROUP}.compact"}  # the group's branch skips compaction when there is too little to do
-RETAIN_VERSIONS, KEEP_DAILY_TAGS = 2, 2  # the DAG's defaults, mirrored by the pylance week
+RETAIN_VERSIONS, KEEP_DAILY_TAGS, TARGET_ROWS = 2, 2, 1_048_576  # the DAG's defaults, mirrored by pylance
 
 
 @dataclasses.dataclass
@@ -58,6 +59,8 @@ class Day:
     tags: dict[str, int] = dataclasses.field(default_factory=dict)
     tagged_rows: dict[str, int] = dataclasses.field(default_factory=dict)
     version_at_injected_failure: int | None = None
+    properties_at_injected_failure: dict[str, str] = dataclasses.field(default_factory=dict)
+    run_id: str = ""
 
 
 @dataclasses.dataclass
@@ -70,6 +73,7 @@ class Week:
     bytes: int
     endpoint: str
     task_ids: list[str]
+    retry_day: int  # the ingest of this day (1-based) fails after its commit landed; the retry must add nothing
 
     def expected(self, through_day: int) -> pa.Table:
         """Every source row up to that day, as the DAG defines them: readings plus late readings with a value."""
@@ -106,6 +110,7 @@ class Recorder:
     def __init__(self, dag: Any, uri: str, options: dict[str, str]) -> None:
         self.failures: dict[str, str] = {}
         self.version_at_injected_failure: int | None = None
+        self.properties_at_injected_failure: dict[str, str] = {}
         self.uri, self.options = uri, options
         for task in dag.tasks:
             task.on_failure_callback = [self._record]
@@ -118,7 +123,10 @@ class Recorder:
 
     def _fail_after_commit(self, context: Any) -> None:
         if context["ti"].try_number == 1:
-            self.version_at_injected_failure = lance.dataset(self.uri, storage_options=self.options).version
+            ds = lance.dataset(self.uri, storage_options=self.options)
+            txn = ds.read_transaction(ds.version)
+            self.version_at_injected_failure = ds.version
+            self.properties_at_injected_failure = dict(txn.transaction_properties) if txn is not None else {}
             raise RuntimeError("injected: the worker was lost after the commit landed")
 
     def fail_ingest_after_commit(self, enabled: bool) -> None:
@@ -128,15 +136,15 @@ class Recorder:
             vars(self.ingest).pop("post_execute", None)
 
 
-def _run_days(dag: Any, recorder: Recorder, days: int, data_dir: pathlib.Path, spy: SparkSubmitSpy,
-              uri: str, options: dict[str, str]) -> list[Day]:
+def _run_days(dag: Any, recorder: Recorder, days: int, retry_day: int, data_dir: pathlib.Path,
+              spy: SparkSubmitSpy, uri: str, options: dict[str, str]) -> list[Day]:
     """Run the DAG for ``days`` consecutive logical dates; stop after the first day that fails."""
     results: list[Day] = []
     for index in range(days):
         logical_date = FIRST_DAY + dt.timedelta(days=index)
         recorder.failures.clear()
-        recorder.version_at_injected_failure = None
-        recorder.fail_ingest_after_commit(index + 1 == RETRY_DAY)
+        recorder.version_at_injected_failure, recorder.properties_at_injected_failure = None, {}
+        recorder.fail_ingest_after_commit(index + 1 == retry_day)
         jobs_before, start = len(spy.calls()), time.monotonic()
         dag_run = dag.test(logical_date=logical_date, run_conf={"data_dir": str(data_dir)})
         tis = task_instances(dag_run)
@@ -149,6 +157,8 @@ def _run_days(dag: Any, recorder: Recorder, days: int, data_dir: pathlib.Path, s
             spark_jobs=len(spy.calls()) - jobs_before,
             seconds=time.monotonic() - start,
             version_at_injected_failure=recorder.version_at_injected_failure,
+            properties_at_injected_failure=recorder.properties_at_injected_failure,
+            run_id=dag_run.run_id,
         )
         results.append(day)
         ds = pylance.dataset(uri, storage_options=options) if dag_run.state == "success" else None
@@ -163,8 +173,8 @@ def _run_days(dag: Any, recorder: Recorder, days: int, data_dir: pathlib.Path, s
 
 
 @pytest.fixture(scope="module", params=[
-    pytest.param(3, id="3-days"),
-    pytest.param(5, id="5-days", marks=pytest.mark.slow),
+    pytest.param((2, 2), id="2-days"),
+    pytest.param((5, 3), id="5-days", marks=pytest.mark.slow),
 ])
 def week(request: pytest.FixtureRequest, seaweedfs: servers.Server,  # noqa: F811
          spark_submit_spy: SparkSubmitSpy, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Week]:
@@ -176,11 +186,11 @@ def week(request: pytest.FixtureRequest, seaweedfs: servers.Server,  # noqa: F81
         mp.setenv(*connection_env("lance_default", **_lance_connection(f"s3://{BUCKET}/{prefix}", seaweedfs.endpoint)))
         dag = load_dag("example_lance_daily_pipeline.py", DAG_ID)
         recorder = Recorder(dag, uri, options)
-        days = _run_days(dag, recorder, request.param, data_dir, spark_submit_spy, uri, options)
-    print(f"\n{request.param} days of {DAG_ID} on SeaweedFS: " + ", ".join(
+        days = _run_days(dag, recorder, *request.param, data_dir, spark_submit_spy, uri, options)
+    print(f"\n{request.param[0]} days of {DAG_ID} on SeaweedFS: " + ", ".join(
         f"{d.ds} {d.seconds:.0f} s ({d.spark_jobs} Spark jobs)" for d in days))
     yield Week(uri, prefix, options, data_dir, days, bytes_under(seaweedfs.endpoint, prefix), seaweedfs.endpoint,
-               list(dag.task_ids))
+               list(dag.task_ids), request.param[1])
 
 
 def _failed_days(week: Week) -> list[str]:
@@ -190,11 +200,13 @@ def _failed_days(week: Week) -> list[str]:
 
 def test_every_day_runs_every_task(week: Week, request: pytest.FixtureRequest) -> None:
     assert _failed_days(week) == []
-    assert len(week.days) == request.node.callspec.params["week"]
-    for day in week.days:
+    assert len(week.days) == request.node.callspec.params["week"][0]
+    for number, day in enumerate(week.days, start=1):
         skipped = {t for t, state in day.states.items() if state == "skipped"}
         assert skipped <= BRANCH_SKIPPABLE, (day.ds, skipped)
         assert set(day.states) == set(week.task_ids), day.states
+        retried = {t: n for t, n in day.try_numbers.items() if n > 1}
+        assert retried == ({"ingest": 2} if number == week.retry_day else {}), day.ds
     # the second day is the first that writes after a cleanup removed versions
     assert week.days[1].xcoms[f"{GROUP}.cleanup"]["old_versions"] > 0
     assert week.days[0].xcoms["ingest"]["read_version"] == 0  # the first day created the dataset
@@ -223,12 +235,15 @@ def test_tags_keep_recent_days_readable_and_cleanup_keeps_the_rest_bounded(week:
         assert set(day.versions) == newest | set(day.tags.values()), day.ds
 
 
-def test_retry_on_day_three_after_the_commit_landed_adds_nothing(week: Week) -> None:
+def test_retry_after_the_commit_landed_adds_nothing(week: Week) -> None:
     assert _failed_days(week) == []
-    day = week.days[RETRY_DAY - 1]
+    day = week.days[week.retry_day - 1]
     assert day.try_numbers["ingest"] == 2 and day.states["ingest"] == "success"
     landed = day.xcoms["ingest"]["version"]
-    assert day.version_at_injected_failure == landed  # the first try's commit had landed when it failed
+    # the first try's commit had landed when it failed
+    assert day.version_at_injected_failure == landed
+    assert {k: day.properties_at_injected_failure.get(f"airflow.{k}") for k in ("run_id", "task_id", "try_number")} == {
+        "run_id": day.run_id, "task_id": "ingest", "try_number": "1"}
     # the retry committed nothing: the late append read (and followed) the first try's version
     assert day.xcoms["append_late"]["read_version"] == landed
     assert day.xcoms["append_late"]["version"] == landed + 1
@@ -236,7 +251,7 @@ def test_retry_on_day_three_after_the_commit_landed_adds_nothing(week: Week) -> 
     # ... ran no Spark job (the ingest's first try and the late append, as on the other days) ...
     assert [d.spark_jobs for d in week.days] == [2] * len(week.days)
     # ... and the rows of the day are there once (pylance's count after the day, all days checked above)
-    assert day.table is not None and day.table.num_rows == week.expected(RETRY_DAY).num_rows
+    assert day.table is not None and day.table.num_rows == week.expected(week.retry_day).num_rows
 
 
 def _pylance_week(week: Week, prefix: str) -> int:
@@ -254,7 +269,7 @@ def _pylance_week(week: Week, prefix: str) -> int:
         if expired >= 1 and f"daily-{week.days[expired - 1].ds.replace('-', '')}" in ds.tags.list():
             ds.tags.delete(f"daily-{week.days[expired - 1].ds.replace('-', '')}")
         if day.states[f"{GROUP}.compact"] == "success":
-            ds.optimize.compact_files(target_rows_per_fragment=1_048_576)
+            ds.optimize.compact_files(target_rows_per_fragment=TARGET_ROWS)
         ds = pylance.dataset(uri, storage_options=week.options)
         ds.cleanup_old_versions(retain_versions=RETAIN_VERSIONS, error_if_tagged_old_versions=False)
         ds.tags.create(f"daily-{day.ds.replace('-', '')}", ds.version)
