@@ -1,14 +1,18 @@
 """The example DAGs import without errors and run as written: the ingest example end to end with
-real spark-submit ``local[2]`` (its result read back by pylance), then the asset-watcher example."""
+real spark-submit ``local[2]`` (its result read back by pylance), then the asset-watcher example,
+and one day of the daily pipeline on local disk (tests/airflow/test_daily_pipeline.py runs it for
+consecutive days on S3)."""
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import pathlib
 from typing import Any
 
 import lance as pylance
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from lance_airflow_testing import asset_events, connection_env, load_dag, task_instances, xcom_value
@@ -22,7 +26,7 @@ def test_example_dags_import_without_errors() -> None:
     bag = DagBag(dag_folder=str(EXAMPLES))
     assert bag.import_errors == {}
     assert set(bag.dag_ids) == {"example_lance_ingest", "example_lance_asset_watcher", "example_kartothek_import",
-                                 "example_lance_maintenance"}
+                                 "example_lance_maintenance", "example_lance_daily_pipeline"}
 
 
 @dataclasses.dataclass
@@ -88,3 +92,23 @@ def test_asset_watcher_example_runs_and_watches_with_the_lance_trigger(ingest: I
         dag_run = dag.test()
     assert task_instances(dag_run)["read_new_version"].state == "success"
     assert xcom_value(dag_run, "read_new_version") == {"uri": ingest.uri, "version": 2, "num_rows": 12_500}
+
+
+def test_daily_pipeline_example_runs_a_day_on_local_disk(tmp_path: pathlib.Path) -> None:
+    root, data_dir = tmp_path / "lance", tmp_path / "data"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(*connection_env("lance_default", conn_type="lance", host=f"file://{root}"))
+        dag = load_dag("example_lance_daily_pipeline.py", "example_lance_daily_pipeline")
+        assert dag.schedule == "@daily"
+        dag_run = dag.test(logical_date=dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc),
+                           run_conf={"data_dir": str(data_dir)})
+    states = {t: ti.state for t, ti in task_instances(dag_run).items()}
+    assert states == dict.fromkeys(dag.task_ids, "success")
+    readings = pq.read_table(data_dir / "2025-01-01" / "readings.parquet")
+    late = pq.read_table(data_dir / "2025-01-01" / "late.parquet")
+    expected = pa.concat_tables([readings, late.filter(pc.is_valid(late["reading"]))])
+    ds = pylance.dataset(str(root / "daily_readings.lance"))
+    assert _rows(ds.to_table()) == _rows(expected)
+    compacted = xcom_value(dag_run, "lance_maintenance.compact")
+    assert ds.version == compacted["version"] and ds.tags.list()["daily-20250101"]["version"] == ds.version
+    assert xcom_value(dag_run, "lance_maintenance.cleanup")["old_versions"] >= 1
