@@ -44,7 +44,9 @@ from airflow_lance.spark.spec import (
     WriteJobResult,
     WriteJobSpec,
     WriteMode,
+    WriteReceipt,
     check_against_dataset,
+    receipt_location,
     staging_location,
 )
 
@@ -267,6 +269,11 @@ class LanceSparkWriteOperator(BaseOperator):
                 self.log.info("This write already committed version %d of %s; nothing to do", landed.version, uri)
                 WriteJobResult.discard(*staging_location(uri, key, self.staging_uri), self.hook.storage_options)
                 return self._finish(context, self._summary_of_landed(landed, mode))
+            receipt = WriteReceipt.load(*receipt_location(uri, key, self.staging_uri), self.hook.storage_options)
+            if receipt is not None and receipt.idempotency_key == key:
+                self.log.info("This write already committed version %s of %s (removed by a version cleanup since, "
+                              "its receipt remains); nothing to do", receipt.summary.get("version"), uri)
+                return self._finish(context, dict(receipt.summary))
             if self.idempotency_key or self.rewrite_on_retry:
                 self._discard_earlier_tries(uri, key, context)
         spec = self._spec(uri, mode, key)
@@ -283,11 +290,23 @@ class LanceSparkWriteOperator(BaseOperator):
         commit_start = time.monotonic()
         summary = self._commit(spec, staged, key, context)
         commit_seconds = time.monotonic() - commit_start
+        self._leave_receipt(uri, key, summary)
         WriteJobResult.discard(spec.staging_root, spec.staging_name, spec.storage_options)
         self.log.info("Lance %s of %s done: version %d, %d rows, %d fragments, %s; %s, commit %.2f s, total %.2f s",
                       mode, uri, summary["version"], summary["num_rows"], summary["num_fragments"],
                       human_bytes(summary["bytes_written"]), job, commit_seconds, time.monotonic() - start)
         return self._finish(context, summary)
+
+    def _leave_receipt(self, uri: str, key: str, summary: Mapping[str, Any]) -> None:
+        """Record the landed commit in the staging area, for a retry that runs after a version
+        cleanup removed the version (best effort: the commit has landed either way)."""
+        if summary["version"] == summary["read_version"]:
+            return  # nothing was committed (an empty append)
+        try:
+            WriteReceipt(key, summary).save(*receipt_location(uri, key, self.staging_uri), self.hook.storage_options)
+        except (lance.LanceError, OSError) as exc:
+            self.log.warning("Committed, but could not leave the commit receipt (%s): a retry after a version "
+                             "cleanup may not recognise this commit", exc)
 
     def _discard_earlier_tries(self, uri: str, key: str, context: Context) -> None:
         """A try whose key differs from earlier tries' (``rewrite_on_retry``, or a key template that

@@ -335,6 +335,12 @@ def staging_location(dataset_uri: str, idempotency_key: str, staging_uri: str | 
     return dataset_uri, f"{STAGING_DIR}/{name}"
 
 
+def receipt_location(dataset_uri: str, idempotency_key: str, staging_uri: str | None = None) -> tuple[str, str]:
+    """(store root, object name) of the commit receipt of the write with ``idempotency_key``."""
+    root, name = staging_location(dataset_uri, idempotency_key, staging_uri)
+    return root, name.removesuffix(".json") + ".landed.json"
+
+
 def stage_document(staging_root: str, staging_name: str, storage_options: Mapping[str, str], data: bytes) -> None:
     """Store a staged document (atomically: readers see all of it or nothing)."""
     open_store(staging_root, storage_options).write(staging_name, data)
@@ -423,3 +429,28 @@ class WriteJobResult(StagedResult):
         store = open_store(dataset_uri, storage_options)
         paths = (data_file_path(f.path) for fragment in self.fragments for f in fragment.files)
         return [path for path in paths if not store.exists(path)]
+
+
+@dataclasses.dataclass(frozen=True)
+class WriteReceipt(StagedResult):
+    """Left by the operator after its commit: the key and the summary of the version it made.
+
+    The idempotency look-back recognises a landed commit only while its version exists; the
+    receipt lives in the staging area, which version cleanup removes only when it is 7 days old
+    (and older than the oldest kept version), so a retry still finds it after a cleanup with
+    ``retain_versions`` removed the version.
+    """
+
+    idempotency_key: str
+    summary: Mapping[str, Any]
+
+    def to_json(self) -> str:
+        return json.dumps({"idempotency_key": self.idempotency_key, "summary": dict(self.summary)})
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> WriteReceipt:
+        try:
+            data = json.loads(text)
+            return cls(idempotency_key=str(data["idempotency_key"]), summary=dict(data["summary"]))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise JobSpecError(f"commit receipt is malformed: {exc!r}") from None

@@ -11,7 +11,8 @@ from airflow_lance.operators.spark_write import LanceSparkWriteOperator
 
 
 class FailOnFirstTry(LanceSparkWriteOperator):
-    """Fails its first try just before or just after the commit (fault injection)."""
+    """Fails its first try just before or just after the commit, or after the commit and a cleanup
+    that removed the committed version (fault injection)."""
 
     def __init__(self, *, fail_at: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -24,6 +25,13 @@ class FailOnFirstTry(LanceSparkWriteOperator):
         summary = super()._commit(spec, staged, key, context)
         if first_try and self.fail_at == "after_commit":
             raise RuntimeError("injected failure after the commit")
+        if first_try and self.fail_at == "after_commit_and_cleanup":
+            # another writer commits, then a cleanup keeping one version removes this commit's version
+            # before the retry looks for it
+            latest = self.hook.get_dataset(spec.uri)
+            latest.delete("id < 0")  # commits a version that deletes nothing, as pylance does
+            latest.cleanup_old_versions(retain_versions=1)
+            raise RuntimeError("injected failure after the commit, whose version a cleanup then removed")
         return summary
 
 

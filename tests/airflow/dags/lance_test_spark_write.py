@@ -44,4 +44,9 @@ with DAG("lance_test_spark_write", schedule=None, start_date=dt.datetime(2025, 1
         task_id="spark_job_fails", uri=DATASET, mode="append", source_path=f"{ROOT}/no-such-input.parquet",
         trigger_rule="all_done", on_failure_callback=record_failure, **common,
     )
-    create_existing >> append >> overwrite >> spark_fails
+    append_after_cleanup = FailOnFirstTry(
+        task_id="append_retry_after_cleanup", fail_at="after_commit_and_cleanup", uri=f"{ROOT}/cleaned.lance",
+        mode="append", source_callable="spark_sources:extra_rows", py_files=SOURCES, retries=1,
+        trigger_rule="all_done", **common,
+    )
+    create_existing >> append >> overwrite >> spark_fails >> append_after_cleanup

@@ -62,6 +62,7 @@ def run(tmp_path_factory: pytest.TempPathFactory, spark_submit_spy: SparkSubmitS
     root = tmp_path_factory.mktemp("spark-write")
     base = _base_table()
     lance.write_dataset(base, str(root / "ds.lance"))
+    lance.write_dataset(base, str(root / "cleaned.lance"))
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LANCE_TEST_ROOT", str(root))
         mp.setenv(*connection_env("lance_test", conn_type="lance", host=str(root),
@@ -121,15 +122,31 @@ def test_retry_before_the_commit_commits_once_from_the_staged_result(run: WriteR
     assert txn is not None and txn.kind == "overwrite" and txn.transaction_properties["airflow.try_number"] == "2"
 
 
+def test_retry_after_a_cleanup_removed_the_committed_version_commits_nothing(run: WriteRun) -> None:
+    """The look-back cannot see a version cleanup removed; the commit receipt left in the staging
+    area can: the retry returns the first try's result and writes nothing."""
+    ti = run.tis["append_retry_after_cleanup"]
+    assert (ti.state, ti.try_number) == ("success", 2)
+    uri = str(run.root / "cleaned.lance")
+    ds = lance.dataset(uri)
+    assert [v["version"] for v in ds.versions()] == [3]  # 2 (the append) and 3 (a delete of nothing); 1, 2 removed
+    assert pylance.dataset(uri).count_rows() == 1400
+    result = xcom_value(run.dag_run, "append_retry_after_cleanup")
+    assert (result["version"], result["read_version"], result["num_rows"]) == (2, 1, 400)
+    assert list((run.root / "cleaned.lance" / "_airflow_staging").glob("*.landed.json"))
+
+
 def test_each_write_ran_spark_once_and_left_no_orphan_files(run: WriteRun) -> None:
-    # append try 1, overwrite try 1, the failing job: retries reuse the commit or the staged result
-    assert len(run.spy.calls()) == 3
+    # append try 1, overwrite try 1, the failing job, append-after-cleanup try 1: retries reuse the
+    # commit, its receipt or the staged result
+    assert len(run.spy.calls()) == 4
     ds = lance.dataset(run.uri)
     versions = [ds.checkout_version(v) for v in (1, 2, 3)]
     referenced = {f.path for version in versions for frag in version.get_fragments() for f in frag.data_files()}
     on_disk = {p.name for p in (run.root / "ds.lance" / "data").iterdir()}
     assert on_disk == referenced
-    assert not list((run.root / "ds.lance" / "_airflow_staging").glob("*.json"))
+    staging = run.root / "ds.lance" / "_airflow_staging"
+    assert {p.name.endswith(".landed.json") for p in staging.glob("*.json")} <= {True}  # commit receipts only
 
 
 def test_failed_spark_job_fails_the_task_and_leaves_the_dataset_unchanged(run: WriteRun) -> None:
