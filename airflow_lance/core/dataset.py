@@ -24,6 +24,7 @@ from airflow_lance.core.errors import (
 from airflow_lance.core.fragment import FragmentMetadata
 from airflow_lance.core.manifest import (
     ManifestFile,
+    data_storage_version,
     latest_version,
     list_versions,
     probe_newer,
@@ -157,7 +158,7 @@ class LanceDataset:
 
     @property
     def data_storage_version(self) -> str:
-        return self._manifest.data_format.version
+        return data_storage_version(self._manifest)
 
     @property
     def max_field_id(self) -> int:

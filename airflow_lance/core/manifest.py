@@ -14,9 +14,14 @@ import struct
 
 from google.protobuf.message import DecodeError
 
-from airflow_lance.core import layout
+from airflow_lance.core import feature_flags, layout
 from airflow_lance.core._proto import table_pb2
-from airflow_lance.core.errors import CorruptFileError, DatasetNotFoundError, VersionNotFoundError
+from airflow_lance.core.errors import (
+    CorruptFileError,
+    DatasetNotFoundError,
+    InvalidInputError,
+    VersionNotFoundError,
+)
 from airflow_lance.core.storage import ObjectStore, external
 
 MAGIC = b"LANC"
@@ -37,6 +42,53 @@ class ManifestFile:
     @property
     def version(self) -> int:
         return self.manifest.version
+
+
+#: ``data_format.version`` of legacy (0.1/0.2 file) datasets, as Lance names it.
+LEGACY_STORAGE_VERSION = "0.1"
+
+
+def file_storage_version(major: int, minor: int) -> str:
+    """The data storage version of a data file's ``file_major_version``/``file_minor_version``
+    (Lance's ``LanceFileVersion::try_from_major_minor``: 0.0-0.2 legacy, 0.3 = 2.0)."""
+    if major == 0 and minor <= 2:
+        return LEGACY_STORAGE_VERSION
+    if (major, minor) == (0, 3):
+        return "2.0"
+    if major == 2 and minor <= 2:
+        return f"2.{minor}"
+    raise InvalidInputError(f"unknown Lance data file version {major}.{minor}")
+
+
+def data_storage_version(manifest: table_pb2.Manifest) -> str:
+    """The dataset's data storage version, as Lance reads it.
+
+    Manifests of pylance 0.15 and older have no ``data_format``: then the data files
+    tell (all of them must agree), and a dataset without files is 2.0 when its writer
+    flags carry the deprecated v2 flag, else legacy.
+    """
+    if manifest.HasField("data_format") and manifest.data_format.version:
+        return manifest.data_format.version
+    found = {file_storage_version(f.file_major_version, f.file_minor_version)
+             for fragment in manifest.fragments for f in fragment.files}
+    if len(found) > 1:
+        raise CorruptFileError(f"data files of version {manifest.version} mix storage versions {sorted(found)}")
+    if found:
+        return found.pop()
+    if manifest.writer_feature_flags & feature_flags.USE_V2_FORMAT_DEPRECATED:
+        return "2.0"
+    return LEGACY_STORAGE_VERSION
+
+
+def next_fragment_id(manifest: table_pb2.Manifest | None) -> int:
+    """The id a new fragment gets: above ``max_fragment_id``, or (manifests written before
+    it existed, or with a max of 0, which proto3 does not store) above every fragment's id."""
+    if manifest is None:
+        return 0
+    highest = max((f.id for f in manifest.fragments), default=-1)
+    if manifest.HasField("max_fragment_id"):
+        highest = max(highest, manifest.max_fragment_id)
+    return highest + 1
 
 
 def serialize_manifest(manifest: table_pb2.Manifest, index_section: bytes | None) -> bytes:

@@ -22,7 +22,7 @@ from airflow_lance.core.errors import (
 )
 from airflow_lance.core.file import LanceFileWriter
 from airflow_lance.core.fragment import DataFile, FragmentMetadata
-from airflow_lance.core.manifest import ManifestFile, read_latest_manifest
+from airflow_lance.core.manifest import ManifestFile, data_storage_version, read_latest_manifest
 from airflow_lance.core.schema import LanceSchema
 from airflow_lance.core.storage import ObjectStore, open_store
 
@@ -39,8 +39,8 @@ _VERSION_ALIASES = {"stable": "2.2", "next": "2.3", "legacy": "0.1"}
 
 def resolve_storage_version(requested: str | None, existing: ManifestFile | None) -> str:
     """The data storage version to write: the dataset's own, else the request, else the default."""
-    if existing is not None and existing.manifest.data_format.version:
-        version = existing.manifest.data_format.version
+    if existing is not None:
+        version = data_storage_version(existing.manifest)
         wanted = _VERSION_ALIASES.get(requested, requested) if requested else version
         if wanted != version:
             raise InvalidInputError(
