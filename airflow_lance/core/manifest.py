@@ -12,6 +12,8 @@ import dataclasses
 import json
 import struct
 
+import numpy as np
+import pyarrow as pa
 from google.protobuf.message import DecodeError
 
 from airflow_lance.core import feature_flags, layout
@@ -20,8 +22,10 @@ from airflow_lance.core.errors import (
     CorruptFileError,
     DatasetNotFoundError,
     InvalidInputError,
+    UnsupportedFeatureError,
     VersionNotFoundError,
 )
+from airflow_lance.core.schema import arrow_type_of
 from airflow_lance.core.storage import ObjectStore, external
 
 MAGIC = b"LANC"
@@ -29,15 +33,39 @@ _FOOTER = struct.Struct("<QHH4s")
 _LEN = struct.Struct("<I")
 
 
+@dataclasses.dataclass(frozen=True)
+class DictionaryValues:
+    """The values of a legacy dictionary field, stored inside the manifest file itself.
+
+    Legacy (0.1) datasets keep them in front of the manifest's sections, where
+    ``Field.dictionary`` points: numbers plainly (``offset`` is where they start), strings and
+    binaries as the value bytes followed by ``length + 1`` i64 file positions (``offset`` is
+    where the positions start). ``positions`` are relative to the start of ``data`` here.
+    """
+
+    logical_type: str
+    data: bytes
+    positions: np.ndarray | None  # binary-like values only
+
+    def write_at(self, start: int) -> tuple[bytes, int]:
+        """The bytes to write at file position ``start`` and the ``dictionary.offset`` to record."""
+        if self.positions is None:
+            return self.data, start
+        positions = (self.positions + start).astype("<i8").tobytes()
+        return self.data + positions, start + len(self.data)
+
+
 @dataclasses.dataclass
 class ManifestFile:
-    """A parsed manifest file: the message, its raw index section, path and size."""
+    """A parsed manifest file: the message, its raw index section, path and size, and the
+    dictionary values of legacy dictionary fields (by field id), carried into the next version."""
 
     manifest: table_pb2.Manifest
     index_section: bytes | None
     path: str
     size: int
     scheme: layout.ManifestNamingScheme
+    dictionaries: dict[int, DictionaryValues] = dataclasses.field(default_factory=dict)
 
     @property
     def version(self) -> int:
@@ -91,14 +119,33 @@ def next_fragment_id(manifest: table_pb2.Manifest | None) -> int:
     return highest + 1
 
 
-def serialize_manifest(manifest: table_pb2.Manifest, index_section: bytes | None) -> bytes:
-    """Frame a manifest (and the raw IndexSection bytes, if any) as a manifest file."""
+def serialize_manifest(
+    manifest: table_pb2.Manifest,
+    index_section: bytes | None,
+    dictionaries: dict[int, DictionaryValues] | None = None,
+) -> bytes:
+    """Frame a manifest (and the raw IndexSection bytes, if any) as a manifest file.
+
+    ``dictionaries`` (of the version the manifest was built on) are written first, as Lance
+    writes them, for every field that still has the same id and type; a legacy dictionary
+    field whose values are not given is an error, never a manifest pointing at nothing.
+    """
     parts: list[bytes] = []
     offset = 0
+    for field in manifest.fields:
+        if not field.HasField("dictionary") or not field.dictionary.length:
+            continue
+        values = (dictionaries or {}).get(field.id)
+        if values is None or values.logical_type != field.logical_type:
+            raise UnsupportedFeatureError(
+                f"the values of legacy dictionary field {field.name!r} are not known: cannot write its manifest")
+        blob, field.dictionary.offset = values.write_at(offset)
+        parts.append(blob)
+        offset += len(blob)
     if index_section is not None:
-        manifest.index_section = 0
+        manifest.index_section = offset
         parts += [_LEN.pack(len(index_section)), index_section]
-        offset = _LEN.size + len(index_section)
+        offset += _LEN.size + len(index_section)
     else:
         manifest.ClearField("index_section")
     # We never write inline transactions: the .txn file is authoritative.
@@ -107,6 +154,34 @@ def serialize_manifest(manifest: table_pb2.Manifest, index_section: bytes | None
     body = manifest.SerializeToString()
     parts += [_LEN.pack(len(body)), body, _FOOTER.pack(offset, 0, 2, MAGIC)]
     return b"".join(parts)
+
+
+def _dictionary_values(data: bytes, manifest: table_pb2.Manifest, path: str) -> dict[int, DictionaryValues]:
+    """The legacy dictionary values stored in manifest file ``data`` (see :class:`DictionaryValues`)."""
+    found = {}
+    for field in manifest.fields:
+        if not field.HasField("dictionary") or not field.dictionary.length:
+            continue
+        value_type = arrow_type_of(field.logical_type).value_type
+        count, offset = field.dictionary.length, field.dictionary.offset
+        if pa.types.is_binary(value_type) or pa.types.is_string(value_type) \
+                or pa.types.is_large_binary(value_type) or pa.types.is_large_string(value_type):
+            end = offset + 8 * (count + 1)
+            if offset < 0 or end > len(data):
+                raise CorruptFileError(path, f"dictionary of field {field.name!r} is outside the file")
+            positions = np.frombuffer(data, "<i8", count + 1, offset)
+            start, stop = int(positions[0]), int(positions[-1])
+            if start < 0 or stop > offset or np.any(np.diff(positions) < 0):
+                raise CorruptFileError(path, f"dictionary of field {field.name!r} has bad value positions")
+            found[field.id] = DictionaryValues(field.logical_type, data[start:stop], positions - start)
+        elif pa.types.is_primitive(value_type) and value_type.bit_width % 8 == 0:
+            end = offset + count * value_type.bit_width // 8
+            if offset < 0 or end > len(data):
+                raise CorruptFileError(path, f"dictionary of field {field.name!r} is outside the file")
+            found[field.id] = DictionaryValues(field.logical_type, data[offset:end], None)
+        else:
+            raise UnsupportedFeatureError(f"{path}: dictionary values of type {value_type} (field {field.name!r})")
+    return found
 
 
 def read_section(data: bytes, position: int, path: str, what: str) -> bytes:
@@ -144,7 +219,7 @@ def parse_manifest(data: bytes, path: str, scheme: layout.ManifestNamingScheme) 
     index_section = None
     if manifest.HasField("index_section"):
         index_section = read_section(data, manifest.index_section, path, "index section")
-    return ManifestFile(manifest, index_section, path, len(data), scheme)
+    return ManifestFile(manifest, index_section, path, len(data), scheme, _dictionary_values(data, manifest, path))
 
 
 def list_versions(store: ObjectStore) -> dict[int, layout.ManifestNamingScheme]:

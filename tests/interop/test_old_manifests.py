@@ -101,3 +101,32 @@ def test_commit_of_foreign_fragments_checks_the_inferred_version(tmp_path):
         ours.LanceDataset.commit(uri, ours.LanceOperation.Append(fragments), read_version=1)
     assert sorted(os.listdir(os.path.join(uri, layout.VERSIONS_DIR))) == versions
     assert pylance.dataset(uri).count_rows() == 10
+
+
+def _dictionaries() -> pa.Table:
+    return pa.table({
+        "id": pa.array([1, 2, 3, 4, 5], pa.int64()),
+        "tag": pa.array(["red", "green", "red", "", "blue"]).dictionary_encode(),
+        "level": pa.array([10, 20, 10, 30, 20], pa.int32()).dictionary_encode(),
+    })
+
+
+def test_commits_to_a_legacy_dataset_keep_its_dictionary_values(tmp_path):
+    """Legacy datasets store dictionary values inside the manifest file (``Field.dictionary``
+    points there); every manifest we write must carry them, or pylance reads garbage."""
+    uri = str(tmp_path / "ds.lance")
+    pylance.write_dataset(_dictionaries(), uri, data_storage_version="legacy")
+    original = pylance.dataset(uri).to_table()
+    ds = ours.dataset(uri)
+    ds.delete("id = 2")
+    ds = ours.dataset(uri)
+    ds.tags.create("kept", ds.version)
+    ours.dataset(uri).delete("id = 5")  # a second commit on a manifest we wrote
+
+    expected = original.filter(pa.compute.is_in(pa.compute.field("id"), pa.array([1, 3, 4])))
+    theirs = pylance.dataset(uri)
+    assert theirs.to_table().to_pydict() == expected.to_pydict()
+    assert pylance.dataset(uri, version="kept").to_table().equals(original.filter(pa.compute.field("id") != 2))
+    assert ours.dataset(uri).to_table().equals(expected)
+    theirs.delete("id = 1")  # pylance carries on from our manifest
+    assert pylance.dataset(uri).to_table()["level"].to_pylist() == [10, 30]
