@@ -18,6 +18,7 @@ from airflow_lance.core.errors import (
     DatasetAlreadyExistsError,
     DatasetNotFoundError,
     InvalidInputError,
+    SchemaMismatchError,
     UnsupportedFeatureError,
 )
 from airflow_lance.core.file import LanceFileWriter
@@ -81,8 +82,26 @@ def as_batches(data: DataLike, schema: pa.Schema | None) -> tuple[pa.Schema, Ite
                 yield from iterator
 
             return first.schema, chained()
-        return schema, iterator
+        return schema, _cast_batches(iterator, schema)
     raise InvalidInputError(f"cannot write data of type {type(data).__name__}")
+
+
+def _cast_batches(batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """Batches given with an explicit ``schema``, cast to it as pylance does (safe casts only:
+    ``int32`` to ``int64`` or ``1.0`` to ``1`` pass, ``1.5`` to an integer does not)."""
+    for batch in batches:
+        if not isinstance(batch, pa.RecordBatch):
+            raise InvalidInputError(f"expected pyarrow RecordBatches, got {type(batch).__name__}")
+        if batch.schema.equals(schema):
+            yield batch
+            continue
+        try:
+            yield batch.cast(schema, safe=True)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, ValueError) as exc:
+            raise SchemaMismatchError(
+                f"a batch does not match the given schema: expected {schema}, got {batch.schema} "
+                f"({str(exc).splitlines()[0]})"
+            ) from None
 
 
 def _conform(batches: Iterator[pa.RecordBatch], schema: LanceSchema) -> Iterator[pa.RecordBatch]:
