@@ -88,20 +88,19 @@ def as_batches(data: DataLike, schema: pa.Schema | None) -> tuple[pa.Schema, Ite
 
 def _cast_batches(batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """Batches given with an explicit ``schema``, cast to it as pylance does (safe casts only:
-    ``int32`` to ``int64`` or ``1.0`` to ``1`` pass, ``1.5`` to an integer does not)."""
+    ``int32`` to ``int64`` or ``1.0`` to ``1`` pass, ``1.5`` to an integer does not). A batch that
+    does not cast is passed on as it is: checking it against the dataset's schema names the field."""
+    names = set(schema.names)
     for batch in batches:
         if not isinstance(batch, pa.RecordBatch):
             raise InvalidInputError(f"expected pyarrow RecordBatches, got {type(batch).__name__}")
-        if batch.schema.equals(schema):
+        if batch.schema.equals(schema) or set(batch.schema.names) != names:
             yield batch
             continue
         try:
-            yield batch.cast(schema, safe=True)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, ValueError) as exc:
-            raise SchemaMismatchError(
-                f"a batch does not match the given schema: expected {schema}, got {batch.schema} "
-                f"({str(exc).splitlines()[0]})"
-            ) from None
+            yield batch.select(schema.names).cast(schema, safe=True)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, ValueError):
+            yield batch
 
 
 def _conform(batches: Iterator[pa.RecordBatch], schema: LanceSchema) -> Iterator[pa.RecordBatch]:
