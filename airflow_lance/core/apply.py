@@ -26,7 +26,7 @@ from airflow_lance.core.errors import (
     SchemaMismatchError,
 )
 from airflow_lance.core.fragment import FragmentMetadata
-from airflow_lance.core.manifest import ManifestFile
+from airflow_lance.core.manifest import ManifestFile, data_storage_version, file_storage_version, next_fragment_id
 from airflow_lance.core.schema import LanceSchema
 from airflow_lance.core.transaction import LanceOperation
 
@@ -57,12 +57,6 @@ def _timestamp_now() -> timestamp_pb2.Timestamp:
     return timestamp_pb2.Timestamp(seconds=now // 1_000_000_000, nanos=now % 1_000_000_000)
 
 
-def _next_fragment_id(base: table_pb2.Manifest | None) -> int:
-    if base is None or not base.HasField("max_fragment_id"):
-        return 0
-    return base.max_fragment_id + 1
-
-
 def _has_stable_row_ids(manifest: table_pb2.Manifest | None) -> bool:
     return manifest is not None and bool(manifest.reader_feature_flags & feature_flags.STABLE_ROW_IDS)
 
@@ -71,7 +65,7 @@ def _new_fragments(
     fragments: Iterable[FragmentMetadata], base: table_pb2.Manifest | None, target: table_pb2.Manifest
 ) -> list[table_pb2.DataFragment]:
     """Give unassigned fragments ids above max_fragment_id, and row ids when the dataset has them."""
-    next_id = _next_fragment_id(base)
+    next_id = next_fragment_id(base)
     out = []
     for fragment in fragments:
         pb = fragment.to_pb()
@@ -90,23 +84,21 @@ def _new_fragments(
 
 
 def _format_version(fragments: Iterable[FragmentMetadata], base: table_pb2.Manifest | None) -> str:
-    versions = {(f.file_major_version, f.file_minor_version) for frag in fragments for f in frag.files}
+    versions = {file_storage_version(f.file_major_version, f.file_minor_version)
+                for frag in fragments for f in frag.files}
     if len(versions) > 1:
         raise InvalidInputError(f"fragments mix data file versions {sorted(versions)}")
     if versions:
-        major, minor = versions.pop()
-        return "0.1" if major == 0 and minor < 3 else ("2.0" if major == 0 else f"{major}.{minor}")
-    if base is not None and base.data_format.version:
-        return base.data_format.version
+        return versions.pop()
+    if base is not None:
+        return data_storage_version(base)
     return DEFAULT_DATA_STORAGE_VERSION
 
 
 def _check_format(fragments: list[FragmentMetadata], base: table_pb2.Manifest) -> None:
-    version = _format_version(fragments, base)
-    if fragments and base.data_format.version and version != base.data_format.version:
-        raise InvalidInputError(
-            f"fragments use data storage version {version} but the dataset uses {base.data_format.version}"
-        )
+    version, existing = _format_version(fragments, base), data_storage_version(base)
+    if fragments and version != existing:
+        raise InvalidInputError(f"fragments use data storage version {version} but the dataset uses {existing}")
 
 
 def _finish(manifest: table_pb2.Manifest, base: table_pb2.Manifest | None, ctx: ApplyContext) -> None:
@@ -125,6 +117,9 @@ def _finish(manifest: table_pb2.Manifest, base: table_pb2.Manifest | None, ctx: 
     ]
     if candidates:
         manifest.max_fragment_id = max(candidates)
+    if not manifest.data_format.version:  # written by pylance <= 0.15: record what Lance infers
+        manifest.data_format.file_format = "lance"
+        manifest.data_format.version = data_storage_version(base if base is not None else manifest)
     feature_flags.apply_feature_flags(
         manifest,
         base.reader_feature_flags if base is not None else 0,
@@ -259,7 +254,7 @@ def _apply_rewrite(op: LanceOperation.Rewrite, base: ManifestFile | None, ctx: A
     position = {f.id: i for i, f in enumerate(manifest.fragments)}
     fragments: list[table_pb2.DataFragment | None] = list(manifest.fragments)
     replaced: list[tuple[set[int], list[int]]] = []
-    next_id = _next_fragment_id(base.manifest)
+    next_id = next_fragment_id(base.manifest)
     for group in op.groups:
         old_ids = [f.id for f in group.old_fragments]
         missing = [i for i in old_ids if i not in position]
@@ -371,7 +366,7 @@ def _apply_reserve(op: LanceOperation.ReserveFragments, base: ManifestFile | Non
     assert base is not None
     if op.num_fragments <= 0:
         raise InvalidInputError("num_fragments must be positive")
-    manifest.max_fragment_id = _next_fragment_id(base.manifest) + op.num_fragments - 1
+    manifest.max_fragment_id = next_fragment_id(base.manifest) + op.num_fragments - 1
     _finish(manifest, base.manifest, ctx)
     return NextManifest(manifest, base.index_section)
 

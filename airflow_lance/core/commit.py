@@ -184,11 +184,12 @@ def commit_transaction(
             written = current
         scheme = base.scheme if base is not None else layout.ManifestNamingScheme.V2
         nxt = build_next_manifest(current.operation, base, ApplyContext(txn_name, history.manifest))
-        data = serialize_manifest(nxt.manifest, nxt.index_section)
+        dictionaries = base.dictionaries if base is not None else {}
+        data = serialize_manifest(nxt.manifest, nxt.index_section, dictionaries)
         path = layout.manifest_path(nxt.manifest.version, scheme)
         if _publish(store, nxt.manifest.version, path, data):
             _write_hint(store, nxt.manifest.version)
-            return ManifestFile(nxt.manifest, nxt.index_section, path, len(data), scheme)
+            return ManifestFile(nxt.manifest, nxt.index_section, path, len(data), scheme, dictionaries)
         log.debug("version %d was taken by a concurrent writer (attempt %d)", nxt.manifest.version, attempt + 1)
         time.sleep(backoff.delay())
         history.refresh()

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset  # noqa: F401 - evaluates {name: expression} projections
 
 from airflow_lance.core import feature_flags
 from airflow_lance.core.commit import DEFAULT_IDEMPOTENCY_LOOKBACK, commit_transaction
@@ -24,6 +25,7 @@ from airflow_lance.core.errors import (
 from airflow_lance.core.fragment import FragmentMetadata
 from airflow_lance.core.manifest import (
     ManifestFile,
+    data_storage_version,
     latest_version,
     list_versions,
     probe_newer,
@@ -54,6 +56,8 @@ if TYPE_CHECKING:
     from airflow_lance.core.optimize import DatasetOptimizer
 
 FilterLike = str | pc.Expression | None
+#: A projection: column names, or pylance's {output name: SQL expression}.
+ColumnsLike = Sequence[str] | Mapping[str, str] | None
 
 
 def _compile_filter(filter: FilterLike, schema: pa.Schema) -> tuple[pc.Expression | None, list[str]]:
@@ -63,6 +67,26 @@ def _compile_filter(filter: FilterLike, schema: pa.Schema) -> tuple[pc.Expressio
 
     expression = to_expression(filter, schema)
     return expression, referenced_columns(filter, schema)
+
+
+def _compile_projections(
+    columns: Mapping[str, str], schema: pa.Schema
+) -> tuple[dict[str, pc.Expression], list[str]]:
+    """pylance's ``columns={name: SQL}``: the Expressions and the columns they read."""
+    from airflow_lance.core.filter import value_expression
+
+    projections: dict[str, pc.Expression] = {}
+    read: list[str] = []
+    for name, sql in columns.items():
+        if not isinstance(name, str):
+            raise InvalidInputError(f"projection names must be strings, not {name!r}")
+        projections[name], needed = value_expression(sql, schema)
+        read += [column for column in needed if column not in read]
+    return projections, read
+
+
+def _project(table: pa.Table, projections: Mapping[str, pc.Expression]) -> pa.Table:
+    return pa.dataset.dataset(table).to_table(columns=dict(projections))
 
 
 def version_summary(manifest: Any) -> dict[str, str]:
@@ -112,7 +136,7 @@ class LanceFragment:
     def deletion_file(self) -> Any:
         return self.metadata.deletion_file
 
-    def to_table(self, columns: Sequence[str] | None = None, filter: FilterLike = None) -> pa.Table:
+    def to_table(self, columns: ColumnsLike = None, filter: FilterLike = None) -> pa.Table:
         return self._dataset._scan_table([self.metadata], columns, filter)
 
     def __repr__(self) -> str:
@@ -120,15 +144,28 @@ class LanceFragment:
 
 
 class LanceDataset:
-    """A Lance dataset at one version. Handles are immutable: ``checkout_version``
-    returns a new one."""
+    """A Lance dataset at one version.
+
+    As in pylance, the handle's own write operations (``delete``, ``restore``,
+    ``optimize.compact_files``) move it to the version they committed;
+    ``checkout_version`` returns a new handle.
+    """
 
     def __init__(self, store: ObjectStore, manifest_file: ManifestFile) -> None:
-        feature_flags.check_readable(manifest_file.manifest, store.uri)
         self._store = store
+        self._load(manifest_file)
+
+    def _load(self, manifest_file: ManifestFile) -> None:
+        feature_flags.check_readable(manifest_file.manifest, self._store.uri)
         self._manifest_file = manifest_file
         self._manifest = manifest_file.manifest
         self._schema = LanceSchema.from_fields(list(self._manifest.fields), dict(self._manifest.schema_metadata))
+        self.__dict__.pop("_fragments", None)
+
+    def _advance(self, committed: LanceDataset) -> LanceDataset:
+        """Move this handle to the version ``committed`` (of the same dataset); return it."""
+        self._load(committed.manifest_file)
+        return self
 
     @functools.cached_property
     def _fragments(self) -> list[FragmentMetadata]:
@@ -157,7 +194,7 @@ class LanceDataset:
 
     @property
     def data_storage_version(self) -> str:
-        return self._manifest.data_format.version
+        return data_storage_version(self._manifest)
 
     @property
     def max_field_id(self) -> int:
@@ -235,25 +272,31 @@ class LanceDataset:
         return sum(apply_filter(read_fragment(self._store, f, projection), expression).num_rows for f in self._fragments)
 
     def _scan(
-        self, fragments: Sequence[FragmentMetadata], columns: Sequence[str] | None, filter: FilterLike
+        self, fragments: Sequence[FragmentMetadata], columns: ColumnsLike, filter: FilterLike
     ) -> Iterator[pa.Table]:
-        if columns is not None and (isinstance(columns, str) or not all(isinstance(c, str) for c in columns)):
-            raise InvalidInputError("columns must be a list of column names")
         expression, needed = _compile_filter(filter, self.schema)
+        if isinstance(columns, Mapping):
+            projections, read = _compile_projections(columns, self.schema)
+            tables = scan_fragments(self._store, fragments, self._schema, read, expression, needed)
+            return (_project(table, projections) for table in tables)
+        if columns is not None and (isinstance(columns, str) or not all(isinstance(c, str) for c in columns)):
+            raise InvalidInputError("columns must be a list of column names or a dict of SQL expressions")
         return scan_fragments(self._store, fragments, self._schema, columns, expression, needed)
 
-    def _scan_table(
-        self, fragments: Sequence[FragmentMetadata], columns: Sequence[str] | None, filter: FilterLike
-    ) -> pa.Table:
-        schema = self._schema.project(list(columns)).to_arrow() if columns is not None else self.schema
+    def _scan_table(self, fragments: Sequence[FragmentMetadata], columns: ColumnsLike, filter: FilterLike) -> pa.Table:
         tables = list(self._scan(fragments, columns, filter))
-        return pa.concat_tables(tables) if tables else schema.empty_table()
+        if tables:
+            return pa.concat_tables(tables)
+        if isinstance(columns, Mapping):
+            return _project(self.schema.empty_table(), _compile_projections(columns, self.schema)[0])
+        return (self._schema.project(list(columns)).to_arrow() if columns is not None else self.schema).empty_table()
 
-    def to_table(self, columns: Sequence[str] | None = None, filter: FilterLike = None) -> pa.Table:
-        """Read the version into one table (optionally projected and filtered)."""
+    def to_table(self, columns: ColumnsLike = None, filter: FilterLike = None) -> pa.Table:
+        """Read the version into one table, optionally projected (a list of column names, or
+        pylance's ``{name: SQL expression}``) and filtered."""
         return self._scan_table(self._fragments, columns, filter)
 
-    def to_batches(self, columns: Sequence[str] | None = None, filter: FilterLike = None) -> Iterator[pa.RecordBatch]:
+    def to_batches(self, columns: ColumnsLike = None, filter: FilterLike = None) -> Iterator[pa.RecordBatch]:
         """Stream the version as record batches, one fragment at a time."""
         for table in self._scan(self._fragments, columns, filter):
             yield from table.to_batches()
@@ -265,15 +308,14 @@ class LanceDataset:
         Planned on this handle's version; on a retryable conflict the dataset is
         re-read at its latest version and the delete redone (up to
         ``conflict_retries`` times). Returns ``num_deleted_rows`` and the
-        resulting ``version``; nothing is committed when no row matches.
+        resulting ``version``, and moves this handle to that version. A
+        predicate that matches no row commits a version too, as in pylance.
         """
         current: LanceDataset = self
         for attempt in range(conflict_retries + 1):
             operation, deleted = plan_delete(
                 current._store, current._fragments, current._schema, predicate, current.version
             )
-            if operation is None:
-                return {"num_deleted_rows": 0, "version": current.version}
             try:
                 new = LanceDataset.commit(current, operation, current.version)
             except IncompatibleTransactionError:
@@ -283,6 +325,7 @@ class LanceDataset:
                     raise
                 current = _open_version(self._store, None)
                 continue
+            self._advance(new)
             return {"num_deleted_rows": deleted, "version": new.version}
         raise AssertionError("unreachable")
 
@@ -316,8 +359,9 @@ class LanceDataset:
         )
 
     def restore(self) -> LanceDataset:
-        """Make this handle's (old) version the latest one, as a new commit."""
-        return LanceDataset.commit(self, LanceOperation.Restore(self.version), self.latest_version)
+        """Make this handle's (old) version the latest one, as a new commit; the handle moves
+        to the new version (pylance's behaviour) and is returned."""
+        return self._advance(LanceDataset.commit(self, LanceOperation.Restore(self.version), self.latest_version))
 
     @staticmethod
     def commit(
@@ -335,8 +379,9 @@ class LanceDataset:
     ) -> LanceDataset:
         """Commit ``operation`` planned against ``read_version``; return the new version.
 
-        ``read_version`` may be omitted for an Overwrite (it then applies on
-        top of whatever is latest) and is required for other operations.
+        ``read_version`` may be omitted for an Overwrite or a Restore (they then
+        apply on top of whatever is latest, as in pylance) and is required for
+        other operations.
         With ``idempotency_key``, if a version committed with the same key is
         among the last ``idempotency_lookback`` versions, that version is
         returned and nothing is committed. With ``create_only`` the commit must
@@ -345,7 +390,7 @@ class LanceDataset:
         """
         store = base_uri.store if isinstance(base_uri, LanceDataset) else open_store(base_uri, storage_options)
         if read_version is None:
-            if not isinstance(operation, LanceOperation.Overwrite):
+            if not isinstance(operation, (LanceOperation.Overwrite, LanceOperation.Restore)):
                 raise InvalidInputError(f"read_version is required to commit {type(operation).__name__}")
             found = latest_version(store)
             read_version = found[0] if found else 0

@@ -38,8 +38,11 @@ def plan_delete(
     schema: LanceSchema,
     predicate: str | pc.Expression,
     read_version: int,
-) -> tuple[LanceOperation.Delete | None, int]:
-    """Write deletion vectors for ``predicate``; return (Delete operation or None, rows deleted)."""
+) -> tuple[LanceOperation.Delete, int]:
+    """Write deletion vectors for ``predicate``; return (the Delete operation, rows deleted).
+
+    A predicate matching no row still gives a Delete (of nothing), which pylance commits too.
+    """
     from airflow_lance.core.filter import referenced_columns, to_expression  # sqlglot is slow to import
 
     arrow_schema = schema.to_arrow()
@@ -67,7 +70,5 @@ def plan_delete(
             continue
         deletion = write_deletion_vector(store, fragment.id, read_version, merged.astype(np.uint32))
         updated.append(dataclasses.replace(fragment, deletion_file=deletion))
-    if not total:
-        return None, 0
     text = predicate if isinstance(predicate, str) else str(predicate)
     return LanceOperation.Delete(updated, removed, text), total

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyroaring
 
 from airflow_lance.core import layout
-from airflow_lance.core.errors import CorruptFileError
+from airflow_lance.core.errors import CorruptFileError, DataFileNotFoundError
 from airflow_lance.core.fragment import DeletionFile
 from airflow_lance.core.storage import ObjectStore
 
@@ -51,7 +51,10 @@ def _decode_bitmap(data: bytes, path: str) -> np.ndarray:
 def read_deletion_vector(store: ObjectStore, fragment_id: int, deletion: DeletionFile) -> np.ndarray:
     """Deleted row offsets (uint32, any order) of one fragment."""
     path = deletion_path(fragment_id, deletion)
-    data = store.read(path)
+    try:
+        data = store.read(path)
+    except FileNotFoundError as exc:
+        raise DataFileNotFoundError(path, f"deletion file is missing from dataset {store.uri}") from exc
     if deletion.file_type == "array":
         return _decode_arrow(data, path)
     if deletion.file_type == "bitmap":

@@ -4,6 +4,12 @@ Every error raised on purpose by ``airflow_lance.core`` derives from
 :class:`LanceError`. Errors coming from storage backends, protobuf or pyarrow
 are translated into these classes (with ``raise ... from``) where they cross
 into the core, so callers never need to catch backend-specific exceptions.
+
+Each class also derives from the builtin exceptions pylance raises in the same
+situation, so that ``except`` clauses written for pylance keep working: a
+missing version or tag is a ``ValueError`` from ``dataset()`` and an ``OSError``
+from ``checkout_version``, so :class:`VersionNotFoundError` is both; an append
+with another schema is an ``OSError`` in pylance, a bad filter a ``ValueError``.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ class LanceError(Exception):
     """Base class of every error raised by the Lance format core."""
 
 
-class DatasetNotFoundError(LanceError, FileNotFoundError):
+class DatasetNotFoundError(LanceError, FileNotFoundError, ValueError):
     """No Lance dataset (no committed manifest) exists at the URI."""
 
 
@@ -21,19 +27,19 @@ class DatasetAlreadyExistsError(LanceError, FileExistsError):
     """``mode="create"`` was requested but the dataset already has versions."""
 
 
-class VersionNotFoundError(LanceError, LookupError):
+class VersionNotFoundError(LanceError, OSError, ValueError, LookupError):
     """The requested version does not exist (or was cleaned up)."""
 
 
-class TagNotFoundError(LanceError, LookupError):
+class TagNotFoundError(LanceError, OSError, ValueError, LookupError):
     """The requested tag does not exist."""
 
 
-class TagAlreadyExistsError(LanceError, FileExistsError):
+class TagAlreadyExistsError(LanceError, FileExistsError, ValueError):
     """A tag with that name exists already."""
 
 
-class SchemaMismatchError(LanceError, ValueError):
+class SchemaMismatchError(LanceError, OSError, ValueError):
     """Data does not match the dataset's schema (the message names the fields)."""
 
 
@@ -51,6 +57,11 @@ class CorruptFileError(LanceError):
         super().__init__(f"{path}: {reason}")
         self.path = path
         self.reason = reason
+
+
+class DataFileNotFoundError(CorruptFileError, FileNotFoundError, ValueError):
+    """A data or deletion file the manifest references is missing (pylance: ``ArrowInvalid``,
+    a ``ValueError``). ``path`` names the file."""
 
 
 class UnsupportedFeatureError(LanceError, NotImplementedError):

@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset  # noqa: F401 - pa.dataset evaluates projections
 import sqlglot
 from sqlglot import exp, tokens
 from sqlglot.dialects.dialect import Dialect
@@ -35,7 +36,7 @@ from sqlglot.errors import ParseError, TokenError
 
 from airflow_lance.core.errors import InvalidInputError
 
-__all__ = ["referenced_columns", "to_expression"]
+__all__ = ["referenced_columns", "to_expression", "value_expression"]
 
 Predicate = str | pc.Expression
 
@@ -102,6 +103,29 @@ def referenced_columns(predicate: Predicate, schema: pa.Schema) -> list[str]:
         translator.translate_filter(predicate)
         return translator.columns
     return _bound_columns(to_expression(predicate, schema), schema)
+
+
+def value_expression(sql: str, schema: pa.Schema) -> tuple[pc.Expression, list[str]]:
+    """Translate a SQL value expression (pylance's ``to_table(columns={name: sql})``).
+
+    Returns the pyarrow Expression and the top-level columns it reads, in order of use.
+
+    Raises:
+        InvalidInputError: as :func:`to_expression`, for any value type.
+    """
+    if not isinstance(sql, str):
+        raise InvalidInputError(f"a projection must be a SQL expression string, not {type(sql).__name__}")
+    translator = _Translator(schema)
+    try:
+        expression = translator._translate(_parse(sql)).expr
+    except RecursionError as error:
+        raise InvalidInputError(f"expression is nested too deeply: {sql[:80]!r}...") from error
+    fields = [schema.field(name) for name in translator.columns]
+    try:
+        pa.dataset.dataset(pa.schema(fields).empty_table()).to_table(columns={"value": expression})
+    except _ARROW_ERRORS as error:
+        raise InvalidInputError(f"cannot evaluate expression {sql!r}: {str(error).splitlines()[0]}") from None
+    return expression, translator.columns
 
 
 # ------------------------------------------------------- pyarrow Expression input

@@ -12,11 +12,20 @@ import dataclasses
 import json
 import struct
 
+import numpy as np
+import pyarrow as pa
 from google.protobuf.message import DecodeError
 
-from airflow_lance.core import layout
+from airflow_lance.core import feature_flags, layout
 from airflow_lance.core._proto import table_pb2
-from airflow_lance.core.errors import CorruptFileError, DatasetNotFoundError, VersionNotFoundError
+from airflow_lance.core.errors import (
+    CorruptFileError,
+    DatasetNotFoundError,
+    InvalidInputError,
+    UnsupportedFeatureError,
+    VersionNotFoundError,
+)
+from airflow_lance.core.schema import arrow_type_of
 from airflow_lance.core.storage import ObjectStore, external
 
 MAGIC = b"LANC"
@@ -24,29 +33,119 @@ _FOOTER = struct.Struct("<QHH4s")
 _LEN = struct.Struct("<I")
 
 
+@dataclasses.dataclass(frozen=True)
+class DictionaryValues:
+    """The values of a legacy dictionary field, stored inside the manifest file itself.
+
+    Legacy (0.1) datasets keep them in front of the manifest's sections, where
+    ``Field.dictionary`` points: numbers plainly (``offset`` is where they start), strings and
+    binaries as the value bytes followed by ``length + 1`` i64 file positions (``offset`` is
+    where the positions start). ``positions`` are relative to the start of ``data`` here.
+    """
+
+    logical_type: str
+    data: bytes
+    positions: np.ndarray | None  # binary-like values only
+
+    def write_at(self, start: int) -> tuple[bytes, int]:
+        """The bytes to write at file position ``start`` and the ``dictionary.offset`` to record."""
+        if self.positions is None:
+            return self.data, start
+        positions = (self.positions + start).astype("<i8").tobytes()
+        return self.data + positions, start + len(self.data)
+
+
 @dataclasses.dataclass
 class ManifestFile:
-    """A parsed manifest file: the message, its raw index section, path and size."""
+    """A parsed manifest file: the message, its raw index section, path and size, and the
+    dictionary values of legacy dictionary fields (by field id), carried into the next version."""
 
     manifest: table_pb2.Manifest
     index_section: bytes | None
     path: str
     size: int
     scheme: layout.ManifestNamingScheme
+    dictionaries: dict[int, DictionaryValues] = dataclasses.field(default_factory=dict)
 
     @property
     def version(self) -> int:
         return self.manifest.version
 
 
-def serialize_manifest(manifest: table_pb2.Manifest, index_section: bytes | None) -> bytes:
-    """Frame a manifest (and the raw IndexSection bytes, if any) as a manifest file."""
+#: ``data_format.version`` of legacy (0.1/0.2 file) datasets, as Lance names it.
+LEGACY_STORAGE_VERSION = "0.1"
+
+
+def file_storage_version(major: int, minor: int) -> str:
+    """The data storage version of a data file's ``file_major_version``/``file_minor_version``
+    (Lance's ``LanceFileVersion::try_from_major_minor``: 0.0-0.2 legacy, 0.3 = 2.0)."""
+    if major == 0 and minor <= 2:
+        return LEGACY_STORAGE_VERSION
+    if (major, minor) == (0, 3):
+        return "2.0"
+    if major == 2 and minor <= 2:
+        return f"2.{minor}"
+    raise InvalidInputError(f"unknown Lance data file version {major}.{minor}")
+
+
+def data_storage_version(manifest: table_pb2.Manifest) -> str:
+    """The dataset's data storage version, as Lance reads it.
+
+    Manifests of pylance 0.15 and older have no ``data_format``: then the data files
+    tell (all of them must agree), and a dataset without files is 2.0 when its writer
+    flags carry the deprecated v2 flag, else legacy.
+    """
+    if manifest.HasField("data_format") and manifest.data_format.version:
+        return manifest.data_format.version
+    found = {file_storage_version(f.file_major_version, f.file_minor_version)
+             for fragment in manifest.fragments for f in fragment.files}
+    if len(found) > 1:
+        raise CorruptFileError(f"data files of version {manifest.version} mix storage versions {sorted(found)}")
+    if found:
+        return found.pop()
+    if manifest.writer_feature_flags & feature_flags.USE_V2_FORMAT_DEPRECATED:
+        return "2.0"
+    return LEGACY_STORAGE_VERSION
+
+
+def next_fragment_id(manifest: table_pb2.Manifest | None) -> int:
+    """The id a new fragment gets: above ``max_fragment_id``, or (manifests written before
+    it existed, or with a max of 0, which proto3 does not store) above every fragment's id."""
+    if manifest is None:
+        return 0
+    highest = max((f.id for f in manifest.fragments), default=-1)
+    if manifest.HasField("max_fragment_id"):
+        highest = max(highest, manifest.max_fragment_id)
+    return highest + 1
+
+
+def serialize_manifest(
+    manifest: table_pb2.Manifest,
+    index_section: bytes | None,
+    dictionaries: dict[int, DictionaryValues] | None = None,
+) -> bytes:
+    """Frame a manifest (and the raw IndexSection bytes, if any) as a manifest file.
+
+    ``dictionaries`` (of the version the manifest was built on) are written first, as Lance
+    writes them, for every field that still has the same id and type; a legacy dictionary
+    field whose values are not given is an error, never a manifest pointing at nothing.
+    """
     parts: list[bytes] = []
     offset = 0
+    for field in manifest.fields:
+        if not field.HasField("dictionary") or not field.dictionary.length:
+            continue
+        values = (dictionaries or {}).get(field.id)
+        if values is None or values.logical_type != field.logical_type:
+            raise UnsupportedFeatureError(
+                f"the values of legacy dictionary field {field.name!r} are not known: cannot write its manifest")
+        blob, field.dictionary.offset = values.write_at(offset)
+        parts.append(blob)
+        offset += len(blob)
     if index_section is not None:
-        manifest.index_section = 0
+        manifest.index_section = offset
         parts += [_LEN.pack(len(index_section)), index_section]
-        offset = _LEN.size + len(index_section)
+        offset += _LEN.size + len(index_section)
     else:
         manifest.ClearField("index_section")
     # We never write inline transactions: the .txn file is authoritative.
@@ -55,6 +154,34 @@ def serialize_manifest(manifest: table_pb2.Manifest, index_section: bytes | None
     body = manifest.SerializeToString()
     parts += [_LEN.pack(len(body)), body, _FOOTER.pack(offset, 0, 2, MAGIC)]
     return b"".join(parts)
+
+
+def _dictionary_values(data: bytes, manifest: table_pb2.Manifest, path: str) -> dict[int, DictionaryValues]:
+    """The legacy dictionary values stored in manifest file ``data`` (see :class:`DictionaryValues`)."""
+    found = {}
+    for field in manifest.fields:
+        if not field.HasField("dictionary") or not field.dictionary.length:
+            continue
+        value_type = arrow_type_of(field.logical_type).value_type
+        count, offset = field.dictionary.length, field.dictionary.offset
+        if pa.types.is_binary(value_type) or pa.types.is_string(value_type) \
+                or pa.types.is_large_binary(value_type) or pa.types.is_large_string(value_type):
+            end = offset + 8 * (count + 1)
+            if offset < 0 or end > len(data):
+                raise CorruptFileError(path, f"dictionary of field {field.name!r} is outside the file")
+            positions = np.frombuffer(data, "<i8", count + 1, offset)
+            start, stop = int(positions[0]), int(positions[-1])
+            if start < 0 or stop > offset or np.any(np.diff(positions) < 0):
+                raise CorruptFileError(path, f"dictionary of field {field.name!r} has bad value positions")
+            found[field.id] = DictionaryValues(field.logical_type, data[start:stop], positions - start)
+        elif pa.types.is_primitive(value_type) and value_type.bit_width % 8 == 0:
+            end = offset + count * value_type.bit_width // 8
+            if offset < 0 or end > len(data):
+                raise CorruptFileError(path, f"dictionary of field {field.name!r} is outside the file")
+            found[field.id] = DictionaryValues(field.logical_type, data[offset:end], None)
+        else:
+            raise UnsupportedFeatureError(f"{path}: dictionary values of type {value_type} (field {field.name!r})")
+    return found
 
 
 def read_section(data: bytes, position: int, path: str, what: str) -> bytes:
@@ -92,7 +219,7 @@ def parse_manifest(data: bytes, path: str, scheme: layout.ManifestNamingScheme) 
     index_section = None
     if manifest.HasField("index_section"):
         index_section = read_section(data, manifest.index_section, path, "index section")
-    return ManifestFile(manifest, index_section, path, len(data), scheme)
+    return ManifestFile(manifest, index_section, path, len(data), scheme, _dictionary_values(data, manifest, path))
 
 
 def list_versions(store: ObjectStore) -> dict[int, layout.ManifestNamingScheme]:

@@ -9,7 +9,12 @@ import pyarrow.compute as pc
 
 from airflow_lance.core import layout
 from airflow_lance.core.deletion import deletion_path, keep_mask, read_deletion_vector
-from airflow_lance.core.errors import CorruptFileError, InvalidInputError, UnsupportedFeatureError
+from airflow_lance.core.errors import (
+    CorruptFileError,
+    DataFileNotFoundError,
+    InvalidInputError,
+    UnsupportedFeatureError,
+)
 from airflow_lance.core.file import LanceFileReader
 from airflow_lance.core.fragment import DataFile, FragmentMetadata
 from airflow_lance.core.schema import LanceSchema
@@ -49,7 +54,11 @@ def _read_data_file(
     if not wanted:
         return {}
     sub = projection.project([f.name for f in wanted])
-    with store.open_input(path) as source:
+    try:
+        source = store.open_input(path)
+    except FileNotFoundError as exc:
+        raise DataFileNotFoundError(path, f"data file is missing from dataset {store.uri}") from exc
+    with source:
         reader = LanceFileReader(source, path=path, file_size=data_file.file_size_bytes)
         table = reader.read(sub, column_index=column_index)
     return {field.id: table.column(i) for i, field in enumerate(wanted)}

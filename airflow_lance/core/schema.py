@@ -141,6 +141,11 @@ def _parse_leaf_logical_type(logical: str) -> pa.DataType:
     raise UnsupportedFeatureError(f"unknown logical type {logical!r}")
 
 
+def arrow_type_of(logical: str) -> pa.DataType:
+    """The Arrow type of a leaf field's Lance ``logical_type`` (``"int32"``, ``"dict:string:int32:false"``, ...)."""
+    return _parse_leaf_logical_type(logical)
+
+
 def _legacy_encoding(dtype: pa.DataType) -> int:
     """The legacy ``Field.encoding`` hint pylance writes (format notes 3.5)."""
     if pa.types.is_struct(dtype) or pa.types.is_null(dtype):

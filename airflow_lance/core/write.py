@@ -18,11 +18,12 @@ from airflow_lance.core.errors import (
     DatasetAlreadyExistsError,
     DatasetNotFoundError,
     InvalidInputError,
+    SchemaMismatchError,
     UnsupportedFeatureError,
 )
 from airflow_lance.core.file import LanceFileWriter
 from airflow_lance.core.fragment import DataFile, FragmentMetadata
-from airflow_lance.core.manifest import ManifestFile, read_latest_manifest
+from airflow_lance.core.manifest import ManifestFile, data_storage_version, read_latest_manifest
 from airflow_lance.core.schema import LanceSchema
 from airflow_lance.core.storage import ObjectStore, open_store
 
@@ -39,8 +40,8 @@ _VERSION_ALIASES = {"stable": "2.2", "next": "2.3", "legacy": "0.1"}
 
 def resolve_storage_version(requested: str | None, existing: ManifestFile | None) -> str:
     """The data storage version to write: the dataset's own, else the request, else the default."""
-    if existing is not None and existing.manifest.data_format.version:
-        version = existing.manifest.data_format.version
+    if existing is not None:
+        version = data_storage_version(existing.manifest)
         wanted = _VERSION_ALIASES.get(requested, requested) if requested else version
         if wanted != version:
             raise InvalidInputError(
@@ -81,8 +82,25 @@ def as_batches(data: DataLike, schema: pa.Schema | None) -> tuple[pa.Schema, Ite
                 yield from iterator
 
             return first.schema, chained()
-        return schema, iterator
+        return schema, _cast_batches(iterator, schema)
     raise InvalidInputError(f"cannot write data of type {type(data).__name__}")
+
+
+def _cast_batches(batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """Batches given with an explicit ``schema``, cast to it as pylance does (safe casts only:
+    ``int32`` to ``int64`` or ``1.0`` to ``1`` pass, ``1.5`` to an integer does not). A batch that
+    does not cast is passed on as it is: checking it against the dataset's schema names the field."""
+    names = set(schema.names)
+    for batch in batches:
+        if not isinstance(batch, pa.RecordBatch):
+            raise InvalidInputError(f"expected pyarrow RecordBatches, got {type(batch).__name__}")
+        if batch.schema.equals(schema) or set(batch.schema.names) != names:
+            yield batch
+            continue
+        try:
+            yield batch.select(schema.names).cast(schema, safe=True)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, ValueError):
+            yield batch
 
 
 def _conform(batches: Iterator[pa.RecordBatch], schema: LanceSchema) -> Iterator[pa.RecordBatch]:

@@ -257,10 +257,13 @@ class LegacyFile:
             raise UnsupportedFeatureError(f"{self.path}: dictionary field {field.name!r} without stored values")
         offset, length = location
         value_type = dtype.value_type
-        if value_type not in _VARIABLE:
+        where = (np.array([offset], dtype=np.int64), np.zeros(1, np.int64), np.array([length], dtype=np.int64))
+        if value_type in _VARIABLE:  # an empty value of a nullable field is null, as pylance reads it
+            values = self._binary(file_pb2.Field(nullable=field.nullable), value_type, *where, ctx)
+        elif pa.types.is_primitive(value_type) and not pa.types.is_boolean(value_type):
+            values = self._fixed(value_type, *where, ctx)
+        else:
             raise UnsupportedFeatureError(f"{self.path}: legacy dictionaries of {value_type}")
-        values = self._binary(file_pb2.Field(nullable=False), value_type, np.array([offset]), np.zeros(1, np.int64),
-                              np.array([length], dtype=np.int64), ctx)
         keys = self._fixed(dtype.index_type, positions, first, counts, ctx)
         key_values = np.asarray(keys.to_numpy(zero_copy_only=False)).astype(np.int64)
         if len(key_values) and (int(key_values.min()) < 0 or int(key_values.max()) >= len(values)):

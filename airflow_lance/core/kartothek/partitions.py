@@ -53,8 +53,14 @@ def parse_payload_key(key: str, dataset_uuid: str) -> PayloadKey:
     parts = key.split("/")
     if len(parts) < 3 or parts[0] != dataset_uuid:
         raise ValueError(f"{key!r} is not of the form '{dataset_uuid}/<table>/.../<file>'")
-    values = []
+    values: list[tuple[str, str]] = []
     for component in parts[2:-1]:
+        if "=" not in component and values:
+            # Kartothek percent-encodes '=' but leaves '/' in a value as it is: a directory
+            # without '=' continues the previous value ('p=a/b' is the value 'a/b').
+            name, value = values.pop()
+            values.append((name, f"{value}/{component}"))
+            continue
         pieces = component.split("=")
         if len(pieces) != 2 or not pieces[0]:
             raise ValueError(f"{key!r}: directory {component!r} is not '<column>=<value>'")

@@ -107,7 +107,16 @@ def _source_values(table: KartothekTable, part: PartitionSource, fields: Sequenc
         return {}
     import pyarrow.dataset as pads  # slow to import: only when verifying
 
-    relative = "/" + part.key.split("/", 2)[2]
+    # Kartothek leaves a '/' inside a value unencoded: give pyarrow the value's directories
+    # as one segment (percent-encoded '/'), or it would cut the value at the first one.
+    *directories, file_name = part.key.split("/")[2:]
+    segments: list[str] = []
+    for component in directories:
+        if "=" not in component and segments:
+            segments[-1] += "%2F" + component
+        else:
+            segments.append(component)
+    relative = "/" + "/".join([*segments, file_name])
     textual = [f for f in fields if not (pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type))]
     decoded: dict[str, pa.Scalar] = {}
     if textual:
@@ -115,7 +124,7 @@ def _source_values(table: KartothekTable, part: PartitionSource, fields: Sequenc
         keys = pads.get_partition_keys(partitioning.parse(relative))
         decoded.update({f.name: pa.scalar(keys[f.name], f.type) for f in textual if f.name in keys})
     encoded = dict(
-        component.split("=", 1) for component in part.key.split("/")[2:-1] if component.count("=") == 1
+        component.split("=", 1) for component in segments if component.count("=") == 1
     )
     for field in fields:
         if field.name not in decoded and field.name in encoded:
