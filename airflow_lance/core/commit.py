@@ -31,6 +31,7 @@ from airflow_lance.core.errors import (
     StorageError,
     VersionNotFoundError,
 )
+from airflow_lance.core.legacy_dictionaries import manifest_dictionaries
 from airflow_lance.core.manifest import (
     ManifestFile,
     latest_version,
@@ -235,7 +236,7 @@ def commit_transaction(
             written = current
         scheme = base.scheme if base is not None else layout.ManifestNamingScheme.V2
         nxt = build_next_manifest(current.operation, base, ApplyContext(txn_name, history.manifest))
-        dictionaries = base.dictionaries if base is not None else {}
+        dictionaries = manifest_dictionaries(store, nxt.manifest, base, current.operation)
         data = serialize_manifest(nxt.manifest, nxt.index_section, dictionaries)
         path = layout.manifest_path(nxt.manifest.version, scheme)
         if _publish(store, nxt.manifest.version, path, data):
