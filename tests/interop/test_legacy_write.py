@@ -21,8 +21,6 @@ import pytest
 
 import airflow_lance.core as ours
 from airflow_lance.core._proto import file_pb2, table_pb2
-from airflow_lance.core.file import LanceFileReader
-from airflow_lance.core.file.legacy_writer import LegacyFileWriter
 from airflow_lance.core.manifest import read_latest_manifest
 from airflow_lance.core.schema import LanceSchema
 from airflow_lance.core.storage import open_store
@@ -280,29 +278,6 @@ def test_write_fragments_then_commit_creates_a_legacy_dataset(tmp_path):
     appended = ours.write_fragments(_rows(1600, 10), uri, mode="append")
     ours.LanceDataset.commit(uri, ours.LanceOperation.Append(appended), read_version=1)
     assert pylance.dataset(uri).to_table().equals(_rows(0, 1610))
-
-
-def test_file_writer_round_trip_and_groups(tmp_path):
-    """The file writer alone: rows arriving in uneven batches are stored in 1024-row batches
-    (the last one short) and read back by our reader."""
-    table = _rows(0, 3000)
-    schema = LanceSchema.from_arrow(table.schema)
-    path = tmp_path / "f.lance"
-    with open(path, "wb") as sink:
-        writer = LegacyFileWriter(sink, schema)
-        for start in (0, 7, 1500, 1501, 2999):
-            end = {0: 7, 7: 1500, 1500: 1501, 1501: 2999, 2999: 3000}[start]
-            writer.write_batch(table.slice(start, end - start).to_batches()[0])
-        assert writer.num_rows == 3000
-        size = writer.finish()
-    assert size == os.path.getsize(path)
-    _, metadata, _ = _legacy_parts(str(path))
-    assert list(metadata.batch_offsets) == [0, 1024, 2048, 3000]
-    with open(path, "rb") as source:
-        reader = LanceFileReader(pa.PythonFile(source), path=str(path), file_size=size)
-        assert reader.read(schema).equals(table)
-    with pytest.raises(ours.InvalidInputError):
-        writer.write_batch(table.to_batches()[0])
 
 
 def test_files_are_cut_at_max_rows_per_file(tmp_path):
