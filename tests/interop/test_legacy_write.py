@@ -301,3 +301,13 @@ def test_fragments_with_different_dictionaries_are_not_committed_together(tmp_pa
         ours.LanceDataset.commit(uri, ours.LanceOperation.Overwrite(one.schema, fragments))
     assert not os.path.exists(os.path.join(uri, "_versions")) or not any(
         name.endswith(".manifest") for name in os.listdir(os.path.join(uri, "_versions")))
+
+
+def test_pylance_filters_our_files_without_statistics(tmp_path):
+    """pylance prunes legacy batches with per-batch statistics when a file has them; ours have none."""
+    uri = str(tmp_path / "ds.lance")
+    ours.write_dataset(_rows(0, 5000), uri, data_storage_version="legacy")
+    ds = pylance.dataset(uri)
+    assert ds.scanner(filter="id BETWEEN 1000 AND 1100", use_stats=True).to_table().equals(_rows(1000, 101))
+    assert ds.to_table(filter="id > 4000 AND name < 'n4500'").equals(_rows(4001, 499))
+    assert ds.count_rows("color = 'green'") == len(range(1, 5000, 3))
