@@ -123,6 +123,9 @@ class _FragmentSink:
 
     Legacy files (``version="0.1"``) share one dictionary per column: ``dictionaries``
     (the dataset's, checked against the first batch as pylance does), else the first batch's.
+    Their rows are stored in batches of ``min(1024, max_rows)``; a file ends at exactly
+    ``max_rows`` rows (pylance ends it after the batch that reaches it: the same files when
+    ``max_rows`` is at most 1024 or a multiple of it, as its default is).
     """
 
     def __init__(self, store: ObjectStore, schema: LanceSchema, max_rows: int, max_bytes: int, version: str,
