@@ -36,6 +36,7 @@ from airflow_lance.core.errors import (
     VersionNotFoundError,
 )
 from airflow_lance.core.history import DEFAULT_IDEMPOTENCY_LOOKBACK, History, search_landed
+from airflow_lance.core.legacy_dictionaries import manifest_dictionaries
 from airflow_lance.core.manifest import ManifestFile, serialize_manifest
 from airflow_lance.core.rebase import rebase_deletions
 from airflow_lance.core.storage import ObjectStore, external
@@ -184,7 +185,7 @@ def commit_transaction(
             written = current
         scheme = base.scheme if base is not None else layout.ManifestNamingScheme.V2
         nxt = build_next_manifest(current.operation, base, ApplyContext(txn_name, history.manifest))
-        dictionaries = base.dictionaries if base is not None else {}
+        dictionaries = manifest_dictionaries(store, nxt.manifest, base, current.operation)
         data = serialize_manifest(nxt.manifest, nxt.index_section, dictionaries)
         path = layout.manifest_path(nxt.manifest.version, scheme)
         if _publish(store, nxt.manifest.version, path, data):

@@ -444,8 +444,8 @@ def write_dataset(
     """Write ``data`` as a new dataset (``create``), a new version (``append``) or a
     replacement (``overwrite``), in one atomic commit.
 
-    ``data_storage_version`` ("2.0", "2.1", "2.2" or "stable") defaults to 2.2
-    for new datasets; appends always use the dataset's own version.
+    ``data_storage_version`` ("legacy"/"0.1", "2.0", "2.1", "2.2" or "stable") defaults to
+    2.2 for new datasets; appends always use the dataset's own version.
     """
     store = open_store(uri, storage_options)
     store.ensure_committable()  # before writing data files that could never be committed

@@ -25,12 +25,14 @@ from airflow_lance.core.errors import (
     UnsupportedFeatureError,
     VersionNotFoundError,
 )
+from airflow_lance.core.file.legacy_writer import LEGACY_STORAGE_VERSION, binary_parts, fixed_bytes
 from airflow_lance.core.schema import arrow_type_of
 from airflow_lance.core.storage import ObjectStore, external
 
 MAGIC = b"LANC"
 _FOOTER = struct.Struct("<QHH4s")
 _LEN = struct.Struct("<I")
+_VARIABLE = (pa.string(), pa.binary(), pa.large_string(), pa.large_binary())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +48,31 @@ class DictionaryValues:
     logical_type: str
     data: bytes
     positions: np.ndarray | None  # binary-like values only
+
+    @classmethod
+    def from_arrow(cls, logical_type: str, values: pa.Array) -> DictionaryValues:
+        """The stored form of dictionary ``values`` (nulls stored as empty strings / zeros)."""
+        if values.type in _VARIABLE:
+            payload, offsets = binary_parts(values)
+            return cls(logical_type, bytes(payload), offsets.astype(np.int64))
+        return cls(logical_type, bytes(fixed_bytes(values)), None)
+
+    def to_arrow(self) -> pa.Array:
+        """The values as an Arrow array of the field's value type."""
+        value_type = arrow_type_of(self.logical_type).value_type
+        data = pa.py_buffer(self.data)
+        if self.positions is None:
+            return pa.Array.from_buffers(value_type, self.count, [None, data])
+        large = pa.types.is_large_string(value_type) or pa.types.is_large_binary(value_type)
+        offsets = pa.py_buffer(self.positions.astype(np.int64 if large else np.int32))
+        return pa.Array.from_buffers(value_type, len(self.positions) - 1, [None, offsets, data])
+
+    @property
+    def count(self) -> int:
+        """Number of values."""
+        if self.positions is not None:
+            return len(self.positions) - 1
+        return len(self.data) * 8 // arrow_type_of(self.logical_type).value_type.bit_width
 
     def write_at(self, start: int) -> tuple[bytes, int]:
         """The bytes to write at file position ``start`` and the ``dictionary.offset`` to record."""
@@ -72,8 +99,6 @@ class ManifestFile:
         return self.manifest.version
 
 
-#: ``data_format.version`` of legacy (0.1/0.2 file) datasets, as Lance names it.
-LEGACY_STORAGE_VERSION = "0.1"
 
 
 def file_storage_version(major: int, minor: int) -> str:

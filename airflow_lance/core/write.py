@@ -22,8 +22,14 @@ from airflow_lance.core.errors import (
     UnsupportedFeatureError,
 )
 from airflow_lance.core.file import LanceFileWriter
+from airflow_lance.core.file.legacy_writer import GROUP_ROWS, LegacyFileWriter, check_dictionaries
 from airflow_lance.core.fragment import DataFile, FragmentMetadata
-from airflow_lance.core.manifest import ManifestFile, data_storage_version, read_latest_manifest
+from airflow_lance.core.manifest import (
+    LEGACY_STORAGE_VERSION,
+    ManifestFile,
+    data_storage_version,
+    read_latest_manifest,
+)
 from airflow_lance.core.schema import LanceSchema
 from airflow_lance.core.storage import ObjectStore, open_store
 
@@ -32,7 +38,7 @@ WriteMode = Literal["create", "append", "overwrite"]
 
 MAX_ROWS_PER_FILE = 1024 * 1024
 MAX_BYTES_PER_FILE = 90 * 1024**3
-SUPPORTED_STORAGE_VERSIONS = ("2.0", "2.1", "2.2")
+SUPPORTED_STORAGE_VERSIONS = ("0.1", "2.0", "2.1", "2.2")
 #: Data storage version of new datasets when none is requested.
 DEFAULT_STORAGE_VERSION = "2.2"
 _VERSION_ALIASES = {"stable": "2.2", "next": "2.3", "legacy": "0.1"}
@@ -112,24 +118,37 @@ def _conform(batches: Iterator[pa.RecordBatch], schema: LanceSchema) -> Iterator
 
 
 class _FragmentSink:
-    """Writes consecutive data files, one fragment each, cutting at the size limits."""
+    """Writes consecutive data files, one fragment each, cutting at the size limits.
 
-    def __init__(self, store: ObjectStore, schema: LanceSchema, max_rows: int, max_bytes: int, version: str) -> None:
+    Legacy files (``version="0.1"``) share one dictionary per column: ``dictionaries``
+    (the dataset's, checked against the first batch as pylance does), else the first batch's.
+    Their rows are stored in batches of ``min(1024, max_rows)``; a file ends at exactly
+    ``max_rows`` rows (pylance ends it after the batch that reaches it: the same files when
+    ``max_rows`` is at most 1024 or a multiple of it, as its default is).
+    """
+
+    def __init__(self, store: ObjectStore, schema: LanceSchema, max_rows: int, max_bytes: int, version: str,
+                 dictionaries: Mapping[int, pa.Array] | None = None) -> None:
         self.store = store
         self.schema = schema
         self.version = version
         self.max_rows = max_rows
         self.max_bytes = max_bytes
+        self.dictionaries = dict(dictionaries or {})
         self.fragments: list[FragmentMetadata] = []
         self._stack: contextlib.ExitStack | None = None
-        self._writer: LanceFileWriter | None = None
+        self._writer: LanceFileWriter | LegacyFileWriter | None = None
         self._name = ""
 
-    def _open(self) -> LanceFileWriter:
+    def _open(self) -> LanceFileWriter | LegacyFileWriter:
         self._name = layout.new_data_file_name()
         self._stack = contextlib.ExitStack()
         sink = self._stack.enter_context(self.store.open_output(layout.data_file_path(self._name)))
-        self._writer = LanceFileWriter(sink, self.schema, version=self.version)
+        if self.version == LEGACY_STORAGE_VERSION:
+            self._writer = LegacyFileWriter(sink, self.schema, dictionaries=self.dictionaries,
+                                            group_rows=min(GROUP_ROWS, self.max_rows))
+        else:
+            self._writer = LanceFileWriter(sink, self.schema, version=self.version)
         return self._writer
 
     def _close(self) -> None:
@@ -137,12 +156,16 @@ class _FragmentSink:
         assert writer is not None and stack is not None
         with stack:
             size = writer.finish()
+        if isinstance(writer, LegacyFileWriter):
+            self.dictionaries = writer.dictionaries  # the next files of this write use the same values
         data_file = DataFile(self._name, tuple(writer.field_ids), tuple(writer.column_indices),
                              *writer.file_version, size)
         self.fragments.append(FragmentMetadata(0, (data_file,), writer.num_rows))
         self._writer = self._stack = None
 
     def write(self, batch: pa.RecordBatch) -> None:
+        if self.version == LEGACY_STORAGE_VERSION and not self.fragments and self._writer is None:
+            check_dictionaries(batch, self.schema, self.dictionaries)  # before anything is written
         offset = 0
         while offset < batch.num_rows:
             writer = self._writer or self._open()
@@ -179,11 +202,16 @@ def write_data_files(
     """
     if max_rows_per_file <= 0 or max_bytes_per_file <= 0:
         raise InvalidInputError("max_rows_per_file and max_bytes_per_file must be positive")
+    latest: ManifestFile | None | bool = False  # False: not read yet
     if data_storage_version is None:
-        data_storage_version = resolve_storage_version(None, _latest_or_none(store))
+        latest = _latest_or_none(store)
+        data_storage_version = resolve_storage_version(None, latest)
     elif data_storage_version not in SUPPORTED_STORAGE_VERSIONS:
         data_storage_version = resolve_storage_version(data_storage_version, None)
-    sink = _FragmentSink(store, schema, max_rows_per_file, max_bytes_per_file, data_storage_version)
+    dictionaries = None
+    if data_storage_version == LEGACY_STORAGE_VERSION:
+        dictionaries = _dataset_dictionaries(store, schema, _latest_or_none(store) if latest is False else latest)
+    sink = _FragmentSink(store, schema, max_rows_per_file, max_bytes_per_file, data_storage_version, dictionaries)
     try:
         for batch in batches:
             if batch.num_rows:
@@ -192,6 +220,24 @@ def write_data_files(
         sink.abort()
         raise
     return sink.finish()
+
+
+def _dataset_dictionaries(store: ObjectStore, schema: LanceSchema, latest: ManifestFile | None) -> dict[int, pa.Array]:
+    """The dataset's dictionary values for the fields of ``schema`` that carry them (a schema
+    taken from the dataset's manifest: appends, compaction); fields of a new schema get the data's."""
+    wanted = {f.id: f.logical_type for f in schema.fields if f.HasField("dictionary") and f.dictionary.length}
+    if not wanted:
+        return {}
+    known = latest.dictionaries if latest is not None else {}
+    found = {}
+    for field_id, logical_type in wanted.items():
+        values = known.get(field_id)
+        if values is None or values.logical_type != logical_type:
+            raise UnsupportedFeatureError(
+                f"the dictionary values of field {schema.field(field_id).name!r} of {store.uri} are not known: "
+                "cannot write legacy data files for it")
+        found[field_id] = values.to_arrow()
+    return found
 
 
 def _latest_or_none(store: ObjectStore) -> ManifestFile | None:

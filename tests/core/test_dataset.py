@@ -170,8 +170,14 @@ def test_bad_mode_and_arguments(uri):
 def test_unsupported_storage_version_is_refused(uri):
     with pytest.raises(lance.UnsupportedFeatureError, match="2.3"):
         lance.write_dataset(_table(0, 1), uri, data_storage_version="next")
-    with pytest.raises(lance.UnsupportedFeatureError, match="0.1"):
-        lance.write_dataset(_table(0, 1), uri, data_storage_version="legacy")
+    with pytest.raises(lance.UnsupportedFeatureError, match="1.9"):
+        lance.write_dataset(_table(0, 1), uri, data_storage_version="1.9")
+
+
+def test_legacy_storage_version_is_written(uri):
+    ds = lance.write_dataset(_table(0, 3), uri, data_storage_version="legacy")
+    assert ds.data_storage_version == "0.1"
+    assert lance.dataset(uri).to_table().equals(_table(0, 3))
 
 
 def test_corrupt_manifest_names_the_file(uri):

@@ -75,19 +75,22 @@ def test_append_without_data_format_keeps_the_files_version(tmp_path, version):
     assert sorted(theirs.to_table()["id"].to_pylist()) == list(range(15))
 
 
-def test_append_to_legacy_dataset_without_data_format_is_refused_before_writing(tmp_path):
+def test_append_to_legacy_dataset_without_data_format_writes_legacy_files(tmp_path):
     uri = str(tmp_path / "ds.lance")
     pylance.write_dataset(_ids(0, 10), uri, data_storage_version="legacy")
     _rewrite_latest(uri, "data_format")
     assert ours.dataset(uri).data_storage_version == "0.1"
     before = _files(uri)
 
-    with pytest.raises(ours.UnsupportedFeatureError, match="0.1"):
-        ours.write_dataset(_ids(10, 5), uri, mode="append")
+    ours.write_dataset(_ids(10, 5), uri, mode="append")
 
-    assert _files(uri) == before
-    assert ours.dataset(uri).version == 1
-    assert pylance.dataset(uri).count_rows() == 10
+    (added,) = _files(uri) - before
+    manifest = read_latest_manifest(open_store(uri)).manifest
+    new_file = [f for fragment in manifest.fragments for f in fragment.files if f.path == added][0]
+    assert (new_file.file_major_version, new_file.file_minor_version) == (0, 2)
+    assert list(new_file.column_indices) == []
+    assert pylance.dataset(uri).to_table().equals(_ids(0, 15))
+    assert ours.dataset(uri).to_table().equals(_ids(0, 15))
 
 
 def test_commit_of_foreign_fragments_checks_the_inferred_version(tmp_path):

@@ -112,7 +112,7 @@ def test_null_vectors_go_through_arrows_cast_and_wrong_lengths_name_the_column()
         with_fixed_size_lists(pa.schema([("n", pa.int64())]), {"missing": 2})
 
 
-@pytest.mark.parametrize("version", ["2.0", "2.2"])
+@pytest.mark.parametrize("version", ["2.0", "2.2", "legacy"])
 def test_a_partition_with_fixed_size_lists_reads_back_as_vectors(tmp_path: pathlib.Path, version: str) -> None:
     uri = str(tmp_path / "ds.lance")
     batches = [pa.RecordBatch.from_pydict({"id": pa.array(range(i * 40, i * 40 + 40)), "v": _spark_vectors(40, 8)})
@@ -126,6 +126,20 @@ def test_a_partition_with_fixed_size_lists_reads_back_as_vectors(tmp_path: pathl
     assert table.schema.field("v").type == pa.list_(pa.field("element", pa.float32()), 8)
     assert table.column("v").to_pylist() == pa.Table.from_batches(batches).column("v").to_pylist()
     assert ds.count_rows() == 120
+
+
+def test_a_partition_appended_to_a_legacy_dataset_is_written_in_legacy_files(tmp_path: pathlib.Path) -> None:
+    uri = str(tmp_path / "ds.lance")
+    pylance.write_dataset(pa.table({"id": pa.array(range(10)), "s": pa.array([str(i) for i in range(10)])}), uri,
+                          data_storage_version="legacy")
+    spark = pa.RecordBatch.from_pydict({"id": pa.array(range(10, 260)),
+                                        "s": pa.array([str(i) for i in range(10, 260)], pa.large_string())})
+    (out,) = list(write_partition(iter([spark]), uri=uri, mode="append", storage_options={},
+                                  target_schema=lance.dataset(uri).schema, **_limits()))
+    fragments = [lance.FragmentMetadata.from_json(f) for f in out.column("fragment").to_pylist()]
+    assert {(f.file_major_version, f.file_minor_version) for fr in fragments for f in fr.files} == {(0, 2)}
+    lance.LanceDataset.commit(uri, lance.LanceOperation.Append(fragments), 1)
+    assert pylance.dataset(uri).to_table().to_pydict() == {"id": list(range(260)), "s": [str(i) for i in range(260)]}
 
 
 def test_appends_keep_the_datasets_vector_types() -> None:

@@ -251,6 +251,21 @@ class LegacyFile:
             valid = np.diff(offsets) > 0
         return to_arrow(Variable(offsets, values, int(counts.sum())), dtype, valid, ctx)
 
+    def stored_dictionary(self, field_id: int) -> pa.Array | None:
+        """The dictionary values of field ``field_id`` as stored (empty strings stay empty), or None."""
+        if field_id not in self._dictionaries:
+            return None
+        field = self.schema.field(field_id)
+        value_type = self.schema.arrow_field(field_id).type.value_type
+        offset, length = self._dictionaries[field_id]
+        where = (np.array([offset], dtype=np.int64), np.zeros(1, np.int64), np.array([length], dtype=np.int64))
+        ctx = Ctx(self.path, f"dictionary of field {field.name!r}")
+        if value_type in _VARIABLE:
+            return self._binary(file_pb2.Field(nullable=False), value_type, *where, ctx)
+        if pa.types.is_primitive(value_type) and not pa.types.is_boolean(value_type):
+            return self._fixed(value_type, *where, ctx)
+        raise UnsupportedFeatureError(f"{self.path}: legacy dictionaries of {value_type}")
+
     def _dictionary(self, field, dtype, positions, first, counts, ctx) -> pa.Array:
         location = self._dictionaries.get(field.id)
         if location is None:
