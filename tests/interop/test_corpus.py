@@ -1,0 +1,184 @@
+"""The compatibility corpus: datasets written by real pylance releases (tests/fixtures/lance_corpus).
+
+For every dataset and every version the writing release still lists, we read exactly the table that release
+read (``<name>.expected/v<N>.arrow``, recorded by the release itself). On a copy of each dataset, our append,
+delete, compaction and cleanup must leave a dataset that pylance 14 reads with exactly the rows intended.
+Where we refuse a step, REFUSED names the exact error; the refusal must come before anything is written.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fnmatch
+import json
+import os
+import shutil
+from pathlib import Path
+
+import lance as pylance
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+import airflow_lance.core as ours
+from airflow_lance.core import errors
+
+CORPUS = Path(__file__).resolve().parent.parent / "fixtures" / "lance_corpus"
+
+
+def _release_key(path: Path) -> tuple[int, ...]:
+    return tuple(int(p) for p in path.name.split("."))
+
+
+def _datasets() -> list[tuple[str, str, dict]]:
+    found = []
+    for release in sorted((p for p in CORPUS.iterdir() if p.is_dir() and p.name[0].isdigit()), key=_release_key):
+        for meta_path in sorted(release.glob("*.json")):
+            if meta_path.name.startswith("_"):
+                continue
+            found.append((release.name, meta_path.stem, json.loads(meta_path.read_text())))
+    return found
+
+
+DATASETS = _datasets()
+VERSIONS = [
+    pytest.param(release, name, v["version"], id=f"{release}-{name}-v{v['version']}")
+    for release, name, meta in DATASETS
+    for v in meta["versions"]
+    if "error" not in v  # a version the writing release could not read itself has no oracle
+]
+
+# What we refuse, as (data storage version, dataset pattern, step) -> the exact error (fnmatch patterns; the
+# storage version is the one we infer for the dataset: "0.1" for legacy files). A refusal not listed fails
+# the test, and so does a listed one that no longer happens; a refused commit step must leave every file
+# as it was.
+REFUSED: dict[tuple[str, str, str], type[errors.LanceError]] = {
+    # 2.3 is unstable in pylance 14 ("may not be readable in the future"): neither read nor written
+    ("2.3", "*", "read"): errors.UnsupportedFeatureError,
+    ("2.3", "*", "append"): errors.UnsupportedFeatureError,
+    ("2.3", "*", "delete"): errors.UnsupportedFeatureError,
+    ("2.3", "*", "compact"): errors.UnsupportedFeatureError,
+    # we do not write legacy (0.1) data files yet
+    ("0.1", "*", "append"): errors.UnsupportedFeatureError,
+    ("0.1", "*", "compact"): errors.UnsupportedFeatureError,
+}
+
+
+def _storage(uri: str) -> str:
+    return ours.dataset(uri).data_storage_version
+
+
+def _refusal(storage: str, name: str, step: str) -> type[errors.LanceError] | None:
+    for (version, ds, st), error in REFUSED.items():
+        if st == step and fnmatch.fnmatchcase(storage, version) and fnmatch.fnmatchcase(name, ds):
+            return error
+    return None
+
+
+def _expected(release: str, name: str, version: int) -> pa.Table:
+    meta = next(m for r, n, m in DATASETS if (r, n) == (release, name))
+    entry = next(v for v in meta["versions"] if v["version"] == version)
+    with pa.memory_map(str(CORPUS / release / f"{name}.expected" / entry.get("file", f"v{version}.arrow"))) as source:
+        return pa.ipc.open_file(source).read_all()
+
+
+def _assert_same(actual: pa.Table, expected: pa.Table) -> None:
+    assert actual.schema.remove_metadata() == expected.schema.remove_metadata(), (
+        f"\nactual:   {actual.schema}\nexpected: {expected.schema}")
+    assert actual.num_rows == expected.num_rows
+    for name in expected.column_names:
+        # a dictionary column is compared by value: how the dictionary is laid out (unused or null entries)
+        # is the reader's business, pylance releases differ in it
+        assert _values(actual[name]).equals(_values(expected[name])), (
+            f"column {name}:\nactual:   {actual[name].to_pylist()}\nexpected: {expected[name].to_pylist()}")
+
+
+def _values(column: pa.ChunkedArray) -> pa.Array:
+    array = column.combine_chunks()
+    if pa.types.is_dictionary(array.type):
+        return array.dictionary_decode()
+    return array
+
+
+@pytest.mark.parametrize(("release", "name", "version"), VERSIONS)
+def test_we_read_what_the_writing_release_read(release, name, version):
+    uri = str(CORPUS / release / f"{name}.lance")
+    refused = _refusal(_storage(uri), name, "read")
+    if refused is not None:
+        with pytest.raises(refused):
+            ours.dataset(uri, version=version).to_table()
+        return
+    _assert_same(ours.dataset(uri, version=version).to_table(), _expected(release, name, version))
+
+
+def _listing(root: str) -> dict[str, int]:
+    out = {}
+    for dirpath, _dirs, files in os.walk(root):
+        for f in files:
+            full = os.path.join(dirpath, f)
+            out[os.path.relpath(full, root)] = os.path.getsize(full)
+    return out
+
+
+def _key(table: pa.Table) -> str:
+    return "i" if "i" in table.column_names else "id"
+
+
+def _new_rows(latest: pa.Table) -> pa.Table:
+    """Three rows shaped like the dataset's, with fresh key values 1000.."""
+    rows = latest.slice(0, 3)
+    key = _key(latest)
+    index = rows.column_names.index(key)
+    return rows.set_column(index, key, pa.array(range(1000, 1000 + rows.num_rows)).cast(rows.schema.field(key).type))
+
+
+def _step(storage: str, name: str, step: str, uri: str, action) -> bool:
+    """Run ``action``; True if it ran, False if it was refused as REFUSED expects (nothing written)."""
+    refused = _refusal(storage, name, step)
+    before = _listing(uri)
+    if refused is None:
+        action()
+        return True
+    with pytest.raises(refused):
+        action()
+    assert _listing(uri) == before, f"{step} was refused but files changed"
+    return False
+
+
+def _assert_pylance_reads(uri: str, expected: pa.Table) -> None:
+    theirs = pylance.dataset(uri).to_table()
+    key = _key(expected)
+    _assert_same(theirs.sort_by(key), expected.sort_by(key))
+    _assert_same(ours.dataset(uri).to_table().sort_by(key), expected.sort_by(key))
+
+
+@pytest.mark.parametrize(("release", "name"), [pytest.param(r, n, id=f"{r}-{n}") for r, n, _ in DATASETS])
+def test_our_commits_leave_what_pylance_reads(tmp_path, release, name):
+    meta = next(m for r, n, m in DATASETS if (r, n) == (release, name))
+    uri = str(tmp_path / f"{name}.lance")
+    shutil.copytree(CORPUS / release / f"{name}.lance", uri)
+    expected = _expected(release, name, meta["latest_version"])
+    key = _key(expected)
+    storage = _storage(uri)
+
+    new = _new_rows(expected)
+    if _step(storage, name, "append", uri, lambda: ours.write_dataset(new, uri, mode="append")):
+        expected = pa.concat_tables([expected, new.cast(expected.schema)])
+        _assert_pylance_reads(uri, expected)
+
+    keys = expected[key].to_pylist()
+    victims = sorted({keys[len(keys) // 2], keys[-1]})
+    predicate = " OR ".join(f"{key} = {k}" for k in victims)
+    if _step(storage, name, "delete", uri, lambda: ours.dataset(uri).delete(predicate)):
+        expected = expected.filter(pc.invert(pc.is_in(expected[key], pa.array(victims, expected[key].type))))
+        _assert_pylance_reads(uri, expected)
+
+    if _step(storage, name, "compact", uri, lambda: ours.dataset(uri).optimize.compact_files()):
+        _assert_pylance_reads(uri, expected)
+
+    def cleanup():
+        ours.dataset(uri).cleanup_old_versions(
+            older_than=dt.timedelta(0), delete_unverified=True, error_if_tagged_old_versions=False)
+
+    if _step(storage, name, "cleanup", uri, cleanup):
+        _assert_pylance_reads(uri, expected)
