@@ -100,6 +100,12 @@ class LegacyFile:
         ids = [f.id for f in manifest.fields]
         self._min_id, self._max_id = min(ids), max(ids)
         batches = len(self.batch_rows)
+        if self._min_id > 0 and metadata.manifest_position - metadata.page_table_position == (
+                (self._max_id + 1) * batches * 16):
+            # Lance 0.7 and older laid the page table out from field id 0, not from the file's
+            # lowest field id (files holding only columns added later by ``merge``); the table
+            # runs up to the embedded schema, so its size tells the layouts apart
+            self._min_id = 0
         count = (self._max_id - self._min_id + 1) * batches * 2
         start = metadata.page_table_position
         if start + 8 * count > self.file_size:

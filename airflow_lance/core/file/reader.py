@@ -125,8 +125,6 @@ class LanceFileReader:
 
     def _open(self, file_size: int | None) -> None:
         actual = self._source.size()
-        if file_size and file_size != actual:
-            raise CorruptFileError(self.path, f"file has {actual} bytes, expected {file_size}")
         self.file_size = actual
         tail_start = max(0, actual - TAIL_BYTES)
         tail = self._read_range(tail_start, actual - tail_start)
@@ -138,7 +136,11 @@ class LanceFileReader:
                 self.schema = self._legacy.schema
                 self.num_rows = self._legacy.num_rows
                 self.num_columns = len(self.schema.fields)
+                # pylance 0.39-4.0 recorded wrong sizes for legacy files; Lance reads them by the
+                # file's own size, and so do we: the hint is not checked for legacy files
                 return
+        if file_size and file_size != actual:
+            raise CorruptFileError(self.path, f"file has {actual} bytes, expected {file_size}")
         footer = Footer.parse(tail.slice(max(0, tail.size - FOOTER_SIZE)).to_pybytes(), actual, self.path)
         self._footer = footer
         self.version = (footer.major, footer.minor)
