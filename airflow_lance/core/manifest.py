@@ -334,9 +334,11 @@ def latest_version(store: ObjectStore) -> tuple[int, layout.ManifestNamingScheme
 
 
 def _migrated(store: ObjectStore, manifest_file: ManifestFile) -> ManifestFile:
-    """Old manifests' fragment counts derived from the files, as Lance reads them (see core.migrate)."""
-    from airflow_lance.core.migrate import migrate_fragment_stats  # the file readers import this module
+    """Old manifests' fragment counts derived from the files, as Lance reads them, and data files
+    pylance 14 refuses to open refused (see core.migrate)."""
+    from airflow_lance.core.migrate import check_column_indices, migrate_fragment_stats  # imports this module
 
+    check_column_indices(manifest_file.manifest)
     migrate_fragment_stats(store, manifest_file.manifest)
     return manifest_file
 

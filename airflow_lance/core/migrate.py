@@ -17,6 +17,7 @@ from __future__ import annotations
 from airflow_lance.core import layout
 from airflow_lance.core._proto import table_pb2
 from airflow_lance.core.deletion import read_deletion_vector
+from airflow_lance.core.errors import UnsupportedFeatureError
 from airflow_lance.core.file import LanceFileReader
 from airflow_lance.core.fragment import DeletionFile
 from airflow_lance.core.storage import ObjectStore
@@ -51,3 +52,26 @@ def migrate_fragment_stats(store: ObjectStore, manifest: table_pb2.Manifest) -> 
         if fragment.HasField("deletion_file") and not (trusted and fragment.deletion_file.num_deleted_rows):
             deletion = DeletionFile.from_pb(fragment.deletion_file)
             fragment.deletion_file.num_deleted_rows = int(read_deletion_vector(store, fragment.id, deletion).size)
+
+
+def check_column_indices(manifest: table_pb2.Manifest) -> None:
+    """Refuse 2.1+ data files that give a struct or list field a column, as pylance 14 does on opening.
+
+    Only leaves have columns in 2.1+ files; 2.1 files of pylance 0.2x, when 2.1 was still unstable,
+    list parents with column indices too, and their pages use encodings 2.1 later replaced: neither
+    pylance 14 nor we can read them, and writing next to them would hide that.
+    """
+    parents = {f.parent_id for f in manifest.fields if f.parent_id >= 0}
+    if not parents:
+        return
+    for fragment in manifest.fragments:
+        for data_file in fragment.files:
+            if (data_file.file_major_version, data_file.file_minor_version) < (2, 1):
+                continue
+            for field_id, column in zip(data_file.fields, data_file.column_indices):
+                if field_id in parents and column != -1:
+                    raise UnsupportedFeatureError(
+                        f"{layout.data_file_path(data_file.path)} (fragment {fragment.id}) gives non-leaf field "
+                        f"{field_id} column {column}: a file of the unstable 2.1 format of pylance before 0.39, "
+                        "which pylance 14 does not open either"
+                    )
