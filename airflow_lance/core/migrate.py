@@ -55,13 +55,14 @@ def migrate_fragment_stats(store: ObjectStore, manifest: table_pb2.Manifest) -> 
 
 
 def check_column_indices(manifest: table_pb2.Manifest) -> None:
-    """Refuse 2.1+ data files that give a struct or list field a column, as pylance 14 does on opening.
+    """Refuse 2.1+ data files that give a list field a column, as pylance 14 does on opening.
 
-    Only leaves have columns in 2.1+ files; 2.1 files of pylance 0.2x, when 2.1 was still unstable,
-    list parents with column indices too, and their pages use encodings 2.1 later replaced: neither
+    Only leaves have columns in 2.1+ files; 2.1 files of pylance 0.1x, when 2.1 was still unstable,
+    give list fields column indices too, and their pages use encodings 2.1 later replaced: neither
     pylance 14 nor we can read them, and writing next to them would hide that.
     """
-    parents = {f.parent_id for f in manifest.fields if f.parent_id >= 0}
+    # list fields only: a struct may be a leaf with a column of its own in 2.1+ (packed, blob v2)
+    parents = {f.id for f in manifest.fields if f.logical_type.startswith(("list", "large_list"))}
     if not parents:
         return
     for fragment in manifest.fragments:
@@ -71,7 +72,7 @@ def check_column_indices(manifest: table_pb2.Manifest) -> None:
             for field_id, column in zip(data_file.fields, data_file.column_indices):
                 if field_id in parents and column != -1:
                     raise UnsupportedFeatureError(
-                        f"{layout.data_file_path(data_file.path)} (fragment {fragment.id}) gives non-leaf field "
+                        f"{layout.data_file_path(data_file.path)} (fragment {fragment.id}) gives list field "
                         f"{field_id} column {column}: a file of the unstable 2.1 format of pylance before 0.39, "
                         "which pylance 14 does not open either"
                     )
