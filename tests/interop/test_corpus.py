@@ -156,6 +156,23 @@ def test_we_read_what_the_writing_release_read(release, name, version):
 
 
 @pytest.mark.parametrize(("release", "name", "version"), VERSIONS)
+def test_projections_and_filters_read_the_same_rows(release, name, version):
+    """Every other column in reverse order (each file read for a subset of its columns), rows filtered
+    on the key: the writing release's table, projected and filtered."""
+    uri = str(CORPUS / release / f"{name}.lance")
+    if _refusal(release, _storage(uri), name, "read") is not None:
+        pytest.skip("reading is refused (checked by test_we_read_what_the_writing_release_read)")
+    expected = _expected(release, name, version)
+    columns = expected.column_names[::-2]
+    key = _key(expected)
+    ds = ours.dataset(uri, version=version)
+    _assert_same(ds.to_table(columns=columns), expected.select(columns))
+    if expected.num_rows:
+        middle = sorted(expected[key].to_pylist())[expected.num_rows // 2]
+        _assert_same(ds.to_table(filter=f"{key} >= {middle}"), expected.filter(pc.field(key) >= middle))
+
+
+@pytest.mark.parametrize(("release", "name", "version"), VERSIONS)
 def test_we_count_rows_as_pylance_14_does(release, name, version):
     """count_rows comes from the manifest's fragment counts: those we derive for old manifests must be
     the ones pylance 14 derives."""
