@@ -58,25 +58,23 @@ VERSIONS = [
 # the test, and so does a listed one that no longer happens; a refused commit step must leave every file
 # as it was.
 UNSTABLE = errors.UnsupportedFeatureError
+# releases whose 2.1 files use the encodings of 2.1's unstable days, replaced before it was made stable
+EARLY_2_1 = ("0.1[0-9].*", "0.2[0-9].*", "0.3[0-8].*")
 REFUSED: dict[tuple[str, str, str, str], type[errors.LanceError]] = {
     # 2.3 is unstable in pylance 14 ("may not be readable in the future"): neither read nor written
     ("*", "2.3", "*", "read"): UNSTABLE,
     ("*", "2.3", "*", "append"): UNSTABLE,
     ("*", "2.3", "*", "delete"): UNSTABLE,
     ("*", "2.3", "*", "compact"): UNSTABLE,
-    # 2.1 while it was unstable (before 0.39) used encodings 2.1 later replaced; pylance 14 refuses them too
-    ("0.1[0-9].*", "2.1", "*", "read"): UNSTABLE,
-    ("0.2[0-9].*", "2.1", "*", "read"): UNSTABLE,
-    ("0.1[0-9].*", "2.1", "*", "delete"): UNSTABLE,
-    ("0.2[0-9].*", "2.1", "*", "delete"): UNSTABLE,
-    ("0.1[0-9].*", "2.1", "*", "compact"): UNSTABLE,
-    ("0.2[0-9].*", "2.1", "*", "compact"): UNSTABLE,
-    # 0.1x also gave struct and list fields column indices: pylance 14 does not even open those
+    # early 2.1 (see EARLY_2_1): pylance 14 cannot read it either
+    **{(release, "2.1", "*", step): UNSTABLE for release in EARLY_2_1 for step in ("read", "delete", "compact")},
+    # 0.1x also gave list fields column indices: pylance 14 does not even open those
     ("0.1[0-9].*", "2.1", "*", "append"): UNSTABLE,
     ("0.1[0-9].*", "2.1", "*", "cleanup"): UNSTABLE,
-    # 0.24 with stable row ids wrote row ids of other fragments into deletion vectors, and its compaction
+    # 0.24-0.30 with stable row ids wrote row ids of other fragments into deletion vectors, and compaction
     # then kept 20 row ids for 22 rows: pylance 14 refuses to compact that too ("too few segments")
-    ("0.24.*", "*", "stable_row_ids", "compact"): errors.CorruptFileError,
+    ("0.2[4-9].*", "*", "stable_row_ids", "compact"): errors.CorruptFileError,
+    ("0.30.*", "*", "stable_row_ids", "compact"): errors.CorruptFileError,
     # we do not write legacy (0.1) data files yet
     ("*", "0.1", "*", "append"): errors.UnsupportedFeatureError,
     ("*", "0.1", "*", "compact"): errors.UnsupportedFeatureError,
@@ -90,8 +88,7 @@ PYLANCE_14_CANNOT_READ = [
     ("0.[4-7].*", "evolution"),
     # unstable formats of their day: "unexpected type URL ... expected /lance.encodings21.PageLayout",
     # "... /lance.encodings23.PlanarLayout"
-    ("0.1[0-9].*", "types_2_1"),
-    ("0.2[0-9].*", "types_2_1"),
+    *((release, "types_2_1") for release in EARLY_2_1),
     ("[4-9].*", "types_2_3"),
     ("1[0-3].*", "types_2_3"),
     # 2.2 before it was stable: "Lance v2.2 miniblock pages require the u32 chunk grammar"
