@@ -1,9 +1,12 @@
 """The compatibility corpus: datasets written by real pylance releases (tests/fixtures/lance_corpus).
 
 For every dataset and every version the writing release still lists, we read exactly the table that release
-read (``<name>.expected/v<N>.arrow``, recorded by the release itself). On a copy of each dataset, our append,
-delete, compaction and cleanup must leave a dataset that pylance 14 reads with exactly the rows intended.
-Where we refuse a step, REFUSED names the exact error; the refusal must come before anything is written.
+read (``<name>.expected/v<N>.arrows.gz``, recorded by the release itself; ``<name>.json`` lists the versions,
+what was done and what the release could not do), also projected and filtered, and count the rows pylance 14
+counts. On a copy of each dataset, our append, delete, compaction and cleanup must leave a dataset that
+pylance 14 reads with exactly the rows intended, and our first commit to an old manifest records the
+fragment counts Lance derives. Where we refuse a step, REFUSED names the exact error; the refusal must come
+before anything is written. Regenerate the corpus with tests/fixtures/lance_corpus/generate.py.
 """
 
 from __future__ import annotations
