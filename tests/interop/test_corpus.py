@@ -187,6 +187,21 @@ def test_we_count_rows_as_pylance_14_does(release, name, version):
     assert ours.dataset(uri, version=version).count_rows() == theirs
 
 
+@pytest.mark.parametrize(("release", "name"), [pytest.param(r, n, id=f"{r}-{n}") for r, n, _ in DATASETS])
+def test_versions_and_tags_as_the_writing_release_listed(release, name):
+    """V1 names (with ``_latest.manifest``), V2 names, migrated histories, cleaned-up ones; tags."""
+    meta = next(m for r, n, m in DATASETS if (r, n) == (release, name))
+    uri = str(CORPUS / release / f"{name}.lance")
+    try:
+        ds = ours.dataset(uri)
+    except errors.UnsupportedFeatureError:
+        assert _refusal(release, _storage(uri), name, "read") is not None
+        pytest.skip("opening is refused (checked by test_we_read_what_the_writing_release_read)")
+    assert [v["version"] for v in ds.versions()] == [v["version"] for v in meta["versions"]]
+    assert ds.version == meta["latest_version"]
+    assert {tag: info["version"] for tag, info in ds.tags.list().items()} == meta["tags"]
+
+
 def _listing(root: str) -> dict[str, int]:
     out = {}
     for dirpath, _dirs, files in os.walk(root):
