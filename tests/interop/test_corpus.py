@@ -268,6 +268,7 @@ def test_our_commits_leave_what_pylance_reads(tmp_path, release, name):
     key = _key(expected)
     storage = _storage(uri)
     theirs = _pylance_reads(uri, release, name)
+    vector_search = theirs and _vector_search_works(uri)
     we_read = _refusal(release, storage, name, "read") is None
 
     new = _new_rows(expected)
@@ -293,6 +294,43 @@ def test_our_commits_leave_what_pylance_reads(tmp_path, release, name):
 
     if _step(release, storage, name, "cleanup", uri, cleanup):
         _assert_pylance_reads(uri, expected, theirs, we_read)
+
+    if theirs and ours.dataset(uri).manifest_file.index_section is not None:
+        _assert_pylance_uses_the_indices(uri, expected, vector_search)
+
+
+def _vector_search_works(uri: str) -> bool:
+    """Whether pylance 14 searches the dataset's vector index (not those of 0.7 and older: "Please
+    upgrade lance to 0.8+")."""
+    theirs = pylance.dataset(uri)
+    if "vec" not in theirs.schema.names:
+        return False
+    try:
+        theirs.to_table(nearest={"column": "vec", "q": [0.5] * theirs.schema.field("vec").type.list_size, "k": 1})
+    except ValueError:
+        return False
+    return True
+
+
+def _assert_pylance_uses_the_indices(uri: str, expected: pa.Table, vector_search: bool) -> None:
+    """The index metadata we carried through our commits still serves pylance's indexed queries."""
+    theirs = pylance.dataset(uri)
+    key = _key(expected)
+    wanted = expected[key][expected.num_rows // 3].as_py()
+    hits = theirs.to_table(filter=f"{key} = {wanted}")
+    _assert_same(hits, expected.filter(pc.field(key) == wanted))
+    try:
+        described = theirs.describe_indices()
+    except RuntimeError:  # "Fragment bitmap is required": indices of 0.7 and older, pylance 14's limit
+        described = []
+    if any(key in i.field_names and "BTree" in i.type_url for i in described):
+        plan = theirs.scanner(filter=f"{key} = {wanted}").explain_plan()
+        assert "ScalarIndexQuery" in plan, plan
+    if vector_search:
+        query = expected["vec"][0].values.to_numpy()
+        nearest = theirs.to_table(nearest={"column": "vec", "q": query, "k": 5})
+        assert nearest.num_rows == 5
+        assert set(nearest[key].to_pylist()) <= set(expected[key].to_pylist())
 
 
 def _raw_latest(uri: str):
