@@ -55,7 +55,7 @@ def migrate_fragment_stats(store: ObjectStore, manifest: table_pb2.Manifest) -> 
 
 
 def check_column_indices(manifest: table_pb2.Manifest) -> None:
-    """Refuse 2.1+ data files that give a list field a column, as pylance 14 does on opening.
+    """Refuse 2.1 data files that give a list field a column, as pylance 14 does on opening.
 
     Only leaves have columns in 2.1+ files; 2.1 files of pylance 0.1x, when 2.1 was still unstable,
     give list fields column indices too, and their pages use encodings 2.1 later replaced: neither
@@ -67,10 +67,12 @@ def check_column_indices(manifest: table_pb2.Manifest) -> None:
         return
     for fragment in manifest.fragments:
         for data_file in fragment.files:
-            if (data_file.file_major_version, data_file.file_minor_version) < (2, 1):
-                continue
-            for field_id, column in zip(data_file.fields, data_file.column_indices):
-                if field_id in parents and column != -1:
+            if data_file.file_major_version != 2 or data_file.file_minor_version != 1:
+                continue  # only 2.1 was ever unstable this way
+            columns = dict(zip(data_file.fields, data_file.column_indices))
+            for field_id in parents:
+                column = columns.get(field_id, -1)
+                if column != -1:
                     raise UnsupportedFeatureError(
                         f"{layout.data_file_path(data_file.path)} (fragment {fragment.id}) gives list field "
                         f"{field_id} column {column}: a file of the unstable 2.1 format of pylance before 0.39, "
