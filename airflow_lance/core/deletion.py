@@ -8,6 +8,7 @@ column (``.arrow``, small sets) and a portable 32-bit roaring bitmap
 from __future__ import annotations
 
 import array
+import logging
 
 import numpy as np
 import pyarrow as pa
@@ -17,6 +18,8 @@ from airflow_lance.core import layout
 from airflow_lance.core.errors import CorruptFileError, DataFileNotFoundError
 from airflow_lance.core.fragment import DeletionFile
 from airflow_lance.core.storage import ObjectStore
+
+log = logging.getLogger(__name__)
 
 ROW_ID_SCHEMA = pa.schema([pa.field("row_id", pa.uint32(), nullable=False)])
 _FILE_TYPE_CODES = {"array": 0, "bitmap": 1}
@@ -63,9 +66,16 @@ def read_deletion_vector(store: ObjectStore, fragment_id: int, deletion: Deletio
 
 
 def keep_mask(physical_rows: int, deleted: np.ndarray, path: str = "") -> np.ndarray:
-    """Boolean mask of the rows that survive ``deleted``."""
+    """Boolean mask of the rows that survive ``deleted``.
+
+    Offsets past the fragment delete nothing, as in Lance (which tests each row of the fragment
+    against the vector): pylance 0.2x with stable row ids wrote row ids of other fragments into
+    deletion vectors, and pylance reads those datasets with the rows kept.
+    """
     if deleted.size and int(deleted.max()) >= physical_rows:
-        raise CorruptFileError(path, f"deletion vector names row {int(deleted.max())} of {physical_rows}")
+        log.warning("%s: deletion vector names rows past the fragment's %d rows; they delete nothing",
+                    path, physical_rows)
+        deleted = deleted[deleted < physical_rows]
     mask = np.ones(physical_rows, dtype=bool)
     mask[deleted] = False
     return mask

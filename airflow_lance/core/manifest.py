@@ -358,6 +358,16 @@ def latest_version(store: ObjectStore) -> tuple[int, layout.ManifestNamingScheme
     return latest, versions[latest]
 
 
+def _migrated(store: ObjectStore, manifest_file: ManifestFile) -> ManifestFile:
+    """Old manifests' fragment counts derived from the files, as Lance reads them, and data files
+    pylance 14 refuses to open refused (see core.migrate)."""
+    from airflow_lance.core.migrate import check_column_indices, migrate_fragment_stats  # imports this module
+
+    check_column_indices(manifest_file.manifest)
+    migrate_fragment_stats(store, manifest_file.manifest)
+    return manifest_file
+
+
 def read_manifest(store: ObjectStore, version: int, scheme: layout.ManifestNamingScheme | None = None) -> ManifestFile:
     """Read the manifest of ``version``: the given scheme, else the V2 name first, then V1."""
     schemes = [scheme] if scheme else [layout.ManifestNamingScheme.V2, layout.ManifestNamingScheme.V1]
@@ -367,14 +377,14 @@ def read_manifest(store: ObjectStore, version: int, scheme: layout.ManifestNamin
             data = store.read(path)
         except FileNotFoundError:
             continue
-        return parse_manifest(data, path, candidate)
+        return _migrated(store, parse_manifest(data, path, candidate))
     if store.external_manifests is not None:
         # Committed in the table but not yet moved to its final name: finish it, read again.
         found = external.resolve_version(store, store.external_manifests, version)
         if found is not None:
             path = layout.manifest_path(version, found)
             try:
-                return parse_manifest(store.read(path), path, found)
+                return _migrated(store, parse_manifest(store.read(path), path, found))
             except FileNotFoundError:
                 pass  # the row outlived its manifest (cleaned up)
     raise VersionNotFoundError(f"version {version} of {store.uri} does not exist")

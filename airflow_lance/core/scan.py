@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -37,9 +37,9 @@ def _check_data_file(data_file: DataFile, path: str) -> None:
 
 
 def _read_data_file(
-    store: ObjectStore, data_file: DataFile, projection: LanceSchema
+    store: ObjectStore, data_file: DataFile, projection: LanceSchema, done: Collection[int] = ()
 ) -> dict[int, pa.ChunkedArray | pa.Array]:
-    """Read the top-level fields of ``projection`` stored in ``data_file``, by field id."""
+    """Read the top-level fields of ``projection`` stored in ``data_file`` (except those in ``done``), by id."""
     path = layout.data_file_path(data_file.path)
     _check_data_file(data_file, path)
     if data_file.file_major_version == 0 and data_file.file_minor_version < 3:
@@ -50,7 +50,8 @@ def _read_data_file(
             field_id: column for field_id, column in zip(data_file.fields, data_file.column_indices) if field_id >= 0
         }
     # 2.1+ files list only leaf fields: a top-level field is stored if any field below it is
-    wanted = [f for f in projection.top_level() if any(i in column_index for i in projection.subtree_ids(f.id))]
+    wanted = [f for f in projection.top_level()
+              if f.id not in done and any(i in column_index for i in projection.subtree_ids(f.id))]
     if not wanted:
         return {}
     sub = projection.project([f.name for f in wanted])
@@ -77,7 +78,9 @@ def read_fragment(
     """
     columns: dict[int, pa.ChunkedArray | pa.Array] = {}
     for data_file in fragment.files:
-        columns.update(_read_data_file(store, data_file, projection))
+        # a field id in two files (0.10-era add/drop columns reused ids): the first file's values, as
+        # Lance reads them (Lance's commit-time ``fix_schema`` then renumbers the later copy)
+        columns.update(_read_data_file(store, data_file, projection, columns.keys()))
     arrow_schema = projection.to_arrow()
     arrays = []
     for field, arrow_field in zip(projection.top_level(), arrow_schema):

@@ -28,7 +28,8 @@ from airflow_lance.core._proto import encodings_v2_0_pb2 as enc
 from airflow_lance.core.errors import CorruptFileError, UnsupportedFeatureError
 
 _LARGE_OFFSETS = (pa.large_string(), pa.large_binary())
-_BINARY_TYPES = (pa.string(), pa.binary(), *_LARGE_OFFSETS)
+BINARY_TYPES = (pa.string(), pa.binary(), *_LARGE_OFFSETS)
+_BINARY_TYPES = BINARY_TYPES
 _INT32_MAX = 2**31 - 1
 
 
@@ -234,12 +235,20 @@ def arrow_offsets(ends: np.ndarray, large: bool, page: Page) -> pa.Buffer:
     return pa.py_buffer(out)
 
 
+def _no_nulls(encoding: enc.ArrayEncoding) -> enc.ArrayEncoding:
+    """The values of a ``Nullable`` ``no_nulls`` wrapper (pylance 0.15 wraps binary bytes in one)."""
+    while _kind(encoding) == "nullable" and encoding.nullable.WhichOneof("nullability") == "no_nulls":
+        encoding = encoding.nullable.no_nulls.values
+    return encoding
+
+
 def _decode_binary(binary: enc.Binary, page: Page, n: int, dtype: pa.DataType) -> pa.Array:
     if dtype not in _BINARY_TYPES:
         raise page.corrupt(f"binary encoding for a {dtype} column")
-    if _kind(binary.bytes) != "flat" or binary.bytes.flat.bits_per_value != 8:
-        raise page.unsupported(f"binary bytes encoding {_kind(binary.bytes)!r}")
-    data = flat_buffer(binary.bytes.flat, page)
+    data_encoding = _no_nulls(binary.bytes)
+    if _kind(data_encoding) != "flat" or data_encoding.flat.bits_per_value != 8:
+        raise page.unsupported(f"binary bytes encoding {_kind(data_encoding)!r}")
+    data = flat_buffer(data_encoding.flat, page)
     ends, nulls = clean_end_offsets(decode_uints(binary.indices, page, n), binary.null_adjustment, data.size, page)
     offsets = arrow_offsets(ends, dtype in _LARGE_OFFSETS, page)
     return pa.Array.from_buffers(dtype, n, [validity_from_nulls(nulls), offsets, data])
@@ -248,9 +257,10 @@ def _decode_binary(binary: enc.Binary, page: Page, n: int, dtype: pa.DataType) -
 def _decode_fixed_size_binary(fsb: enc.FixedSizeBinary, page: Page, n: int, dtype: pa.DataType) -> pa.Array:
     if dtype not in _BINARY_TYPES:
         raise page.corrupt(f"fixed_size_binary encoding for a {dtype} column")
-    if _kind(fsb.bytes) != "flat":
-        raise page.unsupported(f"fixed_size_binary bytes encoding {_kind(fsb.bytes)!r}")
-    data = _sized(flat_buffer(fsb.bytes.flat, page), n * fsb.byte_width, page, "fixed_size_binary")
+    data_encoding = _no_nulls(fsb.bytes)
+    if _kind(data_encoding) != "flat":
+        raise page.unsupported(f"fixed_size_binary bytes encoding {_kind(data_encoding)!r}")
+    data = _sized(flat_buffer(data_encoding.flat, page), n * fsb.byte_width, page, "fixed_size_binary")
     large = dtype in _LARGE_OFFSETS
     if not large and n * fsb.byte_width > _INT32_MAX:
         raise page.corrupt("32-bit offsets overflow")

@@ -100,6 +100,11 @@ class LegacyFile:
         ids = [f.id for f in manifest.fields]
         self._min_id, self._max_id = min(ids), max(ids)
         batches = len(self.batch_rows)
+        if self._min_id > 0 and not metadata.HasField("statistics") and self._starts_at_zero(
+                metadata, self._max_id + 1, batches):
+            # Lance 0.7 and older (no statistics yet) laid the page table out from field id 0, not
+            # from the file's lowest field id (files holding only columns added later by ``merge``)
+            self._min_id = 0
         count = (self._max_id - self._min_id + 1) * batches * 2
         start = metadata.page_table_position
         if start + 8 * count > self.file_size:
@@ -108,6 +113,15 @@ class LegacyFile:
         self._pages = table.reshape(self._max_id - self._min_id + 1, batches, 2)
         if np.any(self._pages < 0):
             raise CorruptFileError(self.path, "negative page position or length")
+
+    def _starts_at_zero(self, metadata: file_pb2.Metadata, fields: int, batches: int) -> bool:
+        """Whether the page table holds ``fields`` entries from id 0: it then fills the space up to
+        the embedded schema exactly and the entries below the file's lowest field id are empty."""
+        start, end = metadata.page_table_position, metadata.manifest_position
+        if end - start != fields * batches * 16:
+            return False
+        below = np.frombuffer(self._read_range(start, self._min_id * batches * 16), dtype="<i8")
+        return not below.any()
 
     # ------------------------------------------------------------------ I/O
 

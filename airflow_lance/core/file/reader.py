@@ -125,8 +125,6 @@ class LanceFileReader:
 
     def _open(self, file_size: int | None) -> None:
         actual = self._source.size()
-        if file_size and file_size != actual:
-            raise CorruptFileError(self.path, f"file has {actual} bytes, expected {file_size}")
         self.file_size = actual
         tail_start = max(0, actual - TAIL_BYTES)
         tail = self._read_range(tail_start, actual - tail_start)
@@ -138,7 +136,11 @@ class LanceFileReader:
                 self.schema = self._legacy.schema
                 self.num_rows = self._legacy.num_rows
                 self.num_columns = len(self.schema.fields)
+                # pylance 0.39-4.0 recorded wrong sizes for legacy files; Lance reads them by the
+                # file's own size, and so do we: the hint is not checked for legacy files
                 return
+        if file_size and file_size != actual:
+            raise CorruptFileError(self.path, f"file has {actual} bytes, expected {file_size}")
         footer = Footer.parse(tail.slice(max(0, tail.size - FOOTER_SIZE)).to_pybytes(), actual, self.path)
         self._footer = footer
         self.version = (footer.major, footer.minor)
@@ -274,12 +276,26 @@ class LanceFileReader:
         except _MALFORMED as exc:
             raise CorruptFileError(self.path, f"malformed data: {exc}") from exc
 
+    def _string_byte_columns(self, columns: list[int], mapping: Mapping[int, int]) -> list[int]:
+        """The unnamed u8 columns after list-encoded strings (pylance 0.12's 0.3 files)."""
+        named = set(mapping.values())
+        extra = []
+        for column in columns:
+            pages = self.column_metadata(column).pages
+            if column + 1 < self.num_columns and column + 1 not in named and pages:
+                encoding = unwrap_array_encoding(pages[0].encoding, self.path)
+                if encoding.WhichOneof("array_encoding") == "list":
+                    extra.append(column + 1)
+        return extra
+
     def _read(self, schema: LanceSchema, mapping: dict[int, int]) -> pa.Table:
         arrow_schema = schema.to_arrow()
         tops = schema.top_level()
         columns = sorted({mapping[i] for top in tops for i in schema.subtree_ids(top.id) if i in mapping})
         if any(not 0 <= c < self.num_columns for c in columns):
             raise CorruptFileError(self.path, f"column index out of range ({self.num_columns} columns)")
+        if self.version not in V2_1_VERSIONS:
+            columns = sorted({*columns, *self._string_byte_columns(columns, mapping)})
         buffers = self._load_pages(columns)
         arrays = []
         if self.version in V2_1_VERSIONS:
@@ -334,6 +350,8 @@ class _Assembler:
             chunks = [self._struct(field, dtype, column)]
         elif pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
             chunks = [self._list(field, dtype, column)]
+        elif self._binary_as_list(dtype, column, field):
+            chunks = [self._list(field, dtype, column)]
         else:
             chunks = [decode.decode_array(encoding, page, meta.length, dtype)
                       for meta, page, encoding in self._pages(column, field)]
@@ -353,6 +371,14 @@ class _Assembler:
         ]
         return pa.Array.from_buffers(dtype, rows, [None], children=children)
 
+    def _binary_as_list(self, dtype: pa.DataType, column: int, field: file_pb2.Field) -> bool:
+        """Strings and binaries that early 2.0 writers (pylance 0.12, file version 0.3) stored as a
+        ``list`` of bytes: an offsets column followed by a column of u8 items."""
+        if dtype not in decode.BINARY_TYPES:
+            return False
+        first = next(self._pages(column, field), None)
+        return first is not None and first[2].WhichOneof("array_encoding") == "list"
+
     def _list(self, field: file_pb2.Field, dtype: pa.DataType, column: int) -> pa.Array:
         ends, masks, lengths = [], [], []
         base = 0
@@ -362,9 +388,13 @@ class _Assembler:
             masks.append(nulls)
             lengths.append(meta.length)
             base += items
-        (child,) = self.schema.children(field.id)
-        items = self.field_chunks(child, dtype.value_type, base)[0]
-        large = pa.types.is_large_list(dtype)
+        if dtype in decode.BINARY_TYPES:  # bytes in the next column (see _binary_as_list)
+            items = self._bytes(field, column + 1, base)
+            large = dtype in (pa.large_string(), pa.large_binary())
+        else:
+            (child,) = self.schema.children(field.id)
+            items = self.field_chunks(child, dtype.value_type, base)[0]
+            large = pa.types.is_large_list(dtype)
         all_ends = np.concatenate(ends) if ends else np.zeros(0, dtype=np.int64)
         rows = len(all_ends)
         nulls = None
@@ -372,7 +402,21 @@ class _Assembler:
             nulls = np.concatenate([np.zeros(n, bool) if m is None else m for m, n in zip(masks, lengths)])
         where = decode.Page([], self.reader.path, f"list field {field.name!r}")
         offsets = decode.arrow_offsets(all_ends, large, where)
-        return pa.Array.from_buffers(dtype, rows, [decode.validity_from_nulls(nulls), offsets], children=[items])
+        validity = decode.validity_from_nulls(nulls)
+        if dtype in decode.BINARY_TYPES:
+            return pa.Array.from_buffers(dtype, rows, [validity, offsets, items])
+        return pa.Array.from_buffers(dtype, rows, [validity, offsets], children=[items])
+
+    def _bytes(self, field: file_pb2.Field, column: int, count: int) -> pa.Buffer:
+        """The u8 items column of a string stored as a list: ``count`` bytes."""
+        if column >= self.reader.num_columns:
+            raise CorruptFileError(self.reader.path, f"field {field.name!r}: no column of string bytes")
+        pages = [decode.decode_array(encoding, page, meta.length, pa.uint8())
+                 for meta, page, encoding in self._pages(column, field)]
+        data = pa.concat_arrays(pages) if pages else pa.array([], pa.uint8())
+        if len(data) != count or data.null_count:
+            raise CorruptFileError(self.reader.path, f"field {field.name!r}: {len(data)} string bytes, expected {count}")
+        return data.buffers()[1].slice(data.offset, count) if count else pa.py_buffer(b"")
 
 
 def _concat(chunks: list[pa.Array], dtype: pa.DataType) -> pa.Array:
