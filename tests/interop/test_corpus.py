@@ -78,9 +78,6 @@ REFUSED: dict[tuple[str, str, str, str], type[errors.LanceError]] = {
     # then kept 20 row ids for 22 rows: pylance 14 refuses to compact that too ("too few segments")
     ("0.2[4-9].*", "*", "stable_row_ids", "compact"): errors.CorruptFileError,
     ("0.30.*", "*", "stable_row_ids", "compact"): errors.CorruptFileError,
-    # we do not write legacy (0.1) data files yet
-    ("*", "0.1", "*", "append"): errors.UnsupportedFeatureError,
-    ("*", "0.1", "*", "compact"): errors.UnsupportedFeatureError,
 }
 
 # Datasets pylance 14 itself cannot read (their writing release could): for them our commits are checked
@@ -285,7 +282,21 @@ def test_our_commits_leave_what_pylance_reads(tmp_path, release, name):
         expected = expected.filter(pc.invert(pc.is_in(expected[key], pa.array(victims, expected[key].type))))
         _assert_pylance_reads(uri, expected, theirs, we_read)
 
+    compacted = expected
+    if storage == "0.1" and theirs and not _duplicate_field_ids(uri):
+        # legacy files hold no validity: a rewrite stores the nulls of missing columns as zeros, as
+        # pylance's own compaction of the same dataset does (the oracle here, where pylance compacts it;
+        # with duplicate field ids pylance's compaction drops the values it read before, ours keeps them)
+        twin = str(tmp_path / "twin.lance")
+        shutil.copytree(uri, twin)
+        try:
+            pylance.dataset(twin).optimize.compact_files()
+        except OSError:  # e.g. "a rewrite group that was a split of indexed and non-indexed data"
+            pass
+        else:
+            compacted = pylance.dataset(twin).to_table()
     if _step(release, storage, name, "compact", uri, lambda: ours.dataset(uri).optimize.compact_files()):
+        expected = compacted
         _assert_pylance_reads(uri, expected, theirs, we_read)
 
     def cleanup():
@@ -297,6 +308,15 @@ def test_our_commits_leave_what_pylance_reads(tmp_path, release, name):
 
     if theirs and ours.dataset(uri).manifest_file.index_section is not None:
         _assert_pylance_uses_the_indices(uri, expected, vector_search)
+
+
+def _duplicate_field_ids(uri: str) -> bool:
+    """Whether a fragment stores a field id in two data files (0.10-era add/drop columns)."""
+    for fragment in ours.dataset(uri).manifest_file.manifest.fragments:
+        ids = [i for f in fragment.files for i in f.fields if i >= 0]
+        if len(ids) != len(set(ids)):
+            return True
+    return False
 
 
 def _vector_search_works(uri: str) -> bool:
