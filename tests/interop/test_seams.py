@@ -79,6 +79,14 @@ def test_a_handles_own_writes_move_it_to_the_committed_version(twins):
     old_mine.restore()
     assert old_mine.version == old_theirs.version == 3
     assert old_mine.count_rows() == old_theirs.count_rows() == 4
+    pylance.write_dataset(_table(), theirs.uri, mode="append")
+    ours.write_dataset(_table(), mine.uri, mode="append")
+    theirs, mine = pylance.dataset(theirs.uri), ours.dataset(mine.uri)
+    before = mine.version
+    assert theirs.optimize.compact_files().fragments_removed == mine.optimize.compact_files().fragments_removed == 2
+    # pylance 14 commits a ReserveFragments version first; ours commits one Rewrite: both handles move
+    assert theirs.version == theirs.latest_version and mine.version == mine.latest_version == before + 1
+    assert len(mine.get_fragments()) == len(theirs.get_fragments()) == 1
 
 
 def test_a_delete_matching_nothing_commits_a_version_as_in_pylance(twins):

@@ -15,6 +15,7 @@ nothing when there is nothing to compact.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -157,5 +158,9 @@ class DatasetOptimizer:
         self._dataset = dataset
 
     def compact_files(self, **kwargs: Any) -> CompactionMetrics:
-        """:func:`compact_files` planned on this handle's version."""
-        return compact_files(self._dataset, **kwargs)
+        """:func:`compact_files` planned on this handle's version; the handle then moves to the
+        version the compaction committed, as pylance's does."""
+        metrics = compact_files(self._dataset, **kwargs)
+        if metrics.versions_created and not isinstance(self._dataset, (str, os.PathLike)):
+            self._dataset._advance(self._dataset.checkout_version(metrics.version))
+        return metrics
