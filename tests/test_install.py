@@ -40,6 +40,19 @@ def test_readme_install_line_names_the_spark_extra() -> None:
     assert extras is not None and "spark" in extras.group(1).split(","), line
 
 
+def test_readme_lists_exactly_the_core_dependencies_executors_need() -> None:
+    """What executors need (the shipped zip imports only the core) is the base dependencies less
+    Airflow's and psutil (the operator's): the README's list and pyproject.toml cannot drift."""
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    needed = {d for d in project["dependencies"] if not d.startswith(("apache-airflow", "psutil"))}
+    text = (REPO / "README.md").read_text()
+    paragraph = text.split("**How executors get the code.**", 1)[1].split("\n\n", 1)[0]
+    listed = set(re.findall(r"`([a-z][a-z0-9_-]*[<>=][^`]*)`", paragraph.split("plus the dataset", 1)[0]))
+    assert listed == needed
+
+
 def _run(argv: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, check=False)
     assert result.returncode == 0, f"{shlex.join(argv)} failed ({result.returncode}):\n{result.stdout[-3000:]}\n" \
