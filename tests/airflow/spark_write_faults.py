@@ -46,6 +46,7 @@ def failure_recorder(root: str) -> Callable[[Any], None]:
         (folder / f"{context['ti'].task_id}.json").write_text(json.dumps({
             "type": type(exc).__name__,
             "mro": [cls.__name__ for cls in type(exc).__mro__],
+            "cause": type(exc.__cause__).__name__ if exc is not None and exc.__cause__ is not None else None,
             "message": str(exc),
         }))
 

@@ -6,7 +6,6 @@ holding a broken dataset), set by the test before parsing."""
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import pathlib
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 from airflow.providers.common.compat.sdk import DAG, AssetAlias
 
 from airflow_lance.operators.kartothek import KartothekToLanceOperator
+from spark_write_faults import failure_recorder
 
 ROOT = os.environ.get("KARTOTHEK_TEST_ROOT", "/tmp/airflow-lance-kartothek-test")
 STORE = os.environ.get("KARTOTHEK_TEST_STORE", "/tmp/airflow-lance-kartothek-store")
@@ -21,17 +21,7 @@ FIXTURE_STORE = str(pathlib.Path(__file__).resolve().parents[2] / "fixtures" / "
 ALIAS = AssetAlias("kartothek-imports")
 
 
-def record_failure(context: Any) -> None:
-    """Keep the exception of a failed task where the test can read it."""
-    exc = context.get("exception")
-    folder = pathlib.Path(ROOT) / "failures"
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{context['ti'].task_id}.json").write_text(json.dumps({
-        "type": type(exc).__name__,
-        "mro": [cls.__name__ for cls in type(exc).__mro__],
-        "cause": type(exc.__cause__).__name__ if exc is not None and exc.__cause__ is not None else None,
-        "message": str(exc),
-    }))
+record_failure = failure_recorder(ROOT)
 
 
 common: dict[str, Any] = {"lance_conn_id": "lance_test", "trigger_rule": "all_done"}

@@ -5,7 +5,6 @@ Paths come from LANCE_TEST_ROOT, set by the test before parsing."""
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import pathlib
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 from airflow.providers.common.compat.sdk import DAG
 
 from airflow_lance.operators.spark_write import LanceSparkWriteOperator
+from spark_write_faults import failure_recorder
 
 ROOT = os.environ.get("LANCE_TEST_ROOT", "/tmp/airflow-lance-test")
 DATASET = f"{ROOT}/ds.lance"
@@ -21,16 +21,7 @@ SPARK_CONF = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"} 
 TIMEOUT = dt.timedelta(seconds=float(os.environ.get("LANCE_TEST_TIMEOUT", "60")))
 
 
-def record_failure(context: Any) -> None:
-    """Keep the exception of a failed task where the test can read it."""
-    exc = context.get("exception")
-    folder = pathlib.Path(ROOT) / "failures"
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{context['ti'].task_id}.json").write_text(json.dumps({
-        "type": type(exc).__name__,
-        "mro": [cls.__name__ for cls in type(exc).__mro__],
-        "message": str(exc),
-    }))
+record_failure = failure_recorder(ROOT)
 
 
 common: dict[str, Any] = {"lance_conn_id": "lance_test", "conf": SPARK_CONF, "on_failure_callback": record_failure}
