@@ -591,11 +591,11 @@ class LanceRestoreOperator(_LanceMaintenanceOperator):
         if isinstance(target, str) and target.strip().isdigit():
             target = int(target)
         self.hook.check_writable(self.uri)
-        old = self.hook.get_dataset(self.uri, target)
-        read_version = old.latest_version
-        new = old.restore()
-        num_rows = new.count_rows()
-        self.log.info("Restored %s to version %d (%s) as new version %d (read version %d): %d rows", new.uri,
-                      old.version, target, new.version, read_version, num_rows)
-        return self._emit(context, {"uri": new.uri, "version": new.version, "restored_version": old.version,
+        ds = self.hook.get_dataset(self.uri, target)
+        restored, read_version = ds.version, ds.latest_version
+        ds.restore()  # the handle moves to the new version
+        num_rows = ds.count_rows()
+        self.log.info("Restored %s to version %d (%s) as new version %d (read version %d): %d rows", ds.uri,
+                      restored, target, ds.version, read_version, num_rows)
+        return self._emit(context, {"uri": ds.uri, "version": ds.version, "restored_version": restored,
                                     "read_version": read_version, "num_rows": num_rows})

@@ -290,7 +290,6 @@ class LanceSparkWriteOperator(BaseOperator):
         commit_start = time.monotonic()
         summary = self._commit(spec, staged, key, context)
         commit_seconds = time.monotonic() - commit_start
-        self._leave_receipt(uri, key, summary)
         WriteJobResult.discard(spec.staging_root, spec.staging_name, spec.storage_options)
         self.log.info("Lance %s of %s done: version %d, %d rows, %d fragments, %s; %s, commit %.2f s, total %.2f s",
                       mode, uri, summary["version"], summary["num_rows"], summary["num_fragments"],
@@ -300,8 +299,6 @@ class LanceSparkWriteOperator(BaseOperator):
     def _leave_receipt(self, uri: str, key: str, summary: Mapping[str, Any]) -> None:
         """Record the landed commit in the staging area, for a retry that runs after a version
         cleanup removed the version (best effort: the commit has landed either way)."""
-        if summary["version"] == summary["read_version"]:
-            return  # nothing was committed (an empty append)
         try:
             WriteReceipt(key, summary).save(*receipt_location(uri, key, self.staging_uri), self.hook.storage_options)
         except (lance.LanceError, OSError) as exc:
@@ -438,8 +435,10 @@ class LanceSparkWriteOperator(BaseOperator):
             create_only=spec.mode == "create",  # a dataset created while the Spark job ran is not replaced
         )
         self.log.info("Committed version %d of %s (read version %d)", ds.version, spec.uri, spec.read_version)
-        return _summary(spec.uri, self.mode, ds.version, spec.read_version, fragments, staged.num_rows,
-                        staged.bytes_written)
+        summary = _summary(spec.uri, self.mode, ds.version, spec.read_version, fragments, staged.num_rows,
+                           staged.bytes_written)
+        self._leave_receipt(spec.uri, key, summary)  # right after the commit: the smallest window to lose it
+        return summary
 
     @staticmethod
     def _transaction_properties(context: Context) -> dict[str, str]:

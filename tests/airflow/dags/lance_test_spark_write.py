@@ -49,4 +49,4 @@ with DAG("lance_test_spark_write", schedule=None, start_date=dt.datetime(2025, 1
         mode="append", source_callable="spark_sources:extra_rows", py_files=SOURCES, retries=1,
         trigger_rule="all_done", **common,
     )
-    create_existing >> append >> overwrite >> spark_fails >> append_after_cleanup
+    create_existing >> append >> overwrite >> append_after_cleanup >> spark_fails
