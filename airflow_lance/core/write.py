@@ -69,10 +69,10 @@ def as_batches(data: DataLike, schema: pa.Schema | None) -> tuple[pa.Schema, Ite
     """Normalise supported inputs into (schema, stream of record batches)."""
     data = coerce_data(data, schema)
     if isinstance(data, pa.Table):
-        table = data if schema is None else data.cast(schema)
+        table = data if schema is None or data.schema.equals(schema) else data.cast(schema)
         return table.schema, iter(table.to_batches())
     if isinstance(data, pa.RecordBatch):
-        batch = data if schema is None else data.cast(schema)
+        batch = data if schema is None or data.schema.equals(schema) else data.cast(schema)
         return batch.schema, iter([batch])
     if isinstance(data, pa.RecordBatchReader):
         return data.schema, iter(data)
