@@ -13,11 +13,12 @@ import time
 import uuid as uuid_lib
 from collections.abc import Callable, Iterable
 
+import numpy as np
 import pyroaring
 from google.protobuf import timestamp_pb2
 
 import airflow_lance
-from airflow_lance.core import feature_flags
+from airflow_lance.core import feature_flags, rowids
 from airflow_lance.core._proto import rowids_pb2, table_pb2
 from airflow_lance.core.errors import (
     DatasetNotFoundError,
@@ -83,8 +84,16 @@ def _new_fragments(
             )
             pb.inline_row_ids = sequence.SerializeToString()
             target.next_row_id += pb.physical_rows
+            if not any(pb.HasField(f) for f in rowids.CREATED_AT_FIELDS + rowids.LAST_UPDATED_FIELDS):
+                # as Lance: new rows were created and last updated by the version this commit makes
+                versions = rowids.encode_versions(np.full(pb.physical_rows, _next_version(base), dtype=np.uint64))
+                pb.created_at_version_inline = pb.last_updated_at_version_inline = versions
         out.append(pb)
     return out
+
+
+def _next_version(base: table_pb2.Manifest | None) -> int:
+    return (base.version if base is not None else 0) + 1
 
 
 def _format_version(fragments: Iterable[FragmentMetadata], base: table_pb2.Manifest | None) -> str:

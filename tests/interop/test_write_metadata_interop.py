@@ -125,9 +125,10 @@ def test_stable_row_ids_as_pylance(tmp_path, version):
         pylance.dataset(uri).delete("id % 5 = 0")
         ours.dataset(uri).optimize.compact_files()
     _same_dataset(a, b)
-    ta = pylance.dataset(a).to_table(with_row_id=True)
-    tb = pylance.dataset(b).to_table(with_row_id=True)
-    assert ta.column("_rowid").equals(tb.column("_rowid"))
+    meta = ["id", "_rowid", "_row_created_at_version", "_row_last_updated_at_version"]
+    ta, tb = pylance.dataset(a).to_table(columns=meta), pylance.dataset(b).to_table(columns=meta)
+    assert ta.equals(tb)
+    assert set(ta.column("_row_created_at_version").to_pylist()) == {1, 2, 3}
     assert ta.column("_rowid").to_pylist()[:3] == [1, 2, 3]  # id 0 was deleted: ids stay
     # an overwrite keeps the dataset's choice, as pylance's
     ours.write_dataset(_table(5), a, mode="overwrite")
