@@ -434,3 +434,54 @@ def test_bad_metadata_ops_change_nothing(tmp_path):
     with pytest.raises(OSError):
         theirs.update_field_metadata({"nope": {"f": "1"}})
     assert _listing(a) == before and handle.version == 1
+
+
+# -- concurrency ---------------------------------------------------------------------------------
+
+def _concurrent_history(uri: str) -> None:
+    """Writes by both libraries after a handle was opened at version 1."""
+    pylance.write_dataset(_table(200, 500), uri, mode="append")
+    ours.dataset(uri).delete("id % 4 = 1")
+    pylance.dataset(uri).delete("id < 20")
+    ours.dataset(uri).optimize.compact_files()
+    pylance.dataset(uri).optimize.compact_files()
+
+
+@pytest.mark.parametrize("op", ["update_metadata", "update_config", "update_schema_metadata",
+                                "update_field_metadata", "delete_config_keys"])
+def test_metadata_ops_against_concurrent_writes(tmp_path, op):
+    a, b = str(tmp_path / "ours"), str(tmp_path / "theirs")
+    pylance.write_dataset(_table(500), a, max_rows_per_file=100, enable_stable_row_ids=True)
+    pylance.dataset(a).update_config({"gone": "1"})
+    shutil.copytree(a, b)
+    stale_a, stale_b = ours.dataset(a), pylance.dataset(b)
+    _concurrent_history(a)
+    _concurrent_history(b)
+    args = {"update_field_metadata": ({"s.x": {"k": "v"}},), "delete_config_keys": (["gone"],)}.get(op, ({"k": "v"},))
+    assert getattr(stale_a, op)(*args) == getattr(stale_b, op)(*args)
+    assert stale_a.version == stale_b.version == pylance.dataset(a).version
+    _same_dataset(a, b)  # nothing lost or resurrected
+    rows = ["id", "_rowid"]
+    assert pylance.dataset(a).to_table(columns=rows).equals(pylance.dataset(b).to_table(columns=rows))
+    assert pylance.dataset(a).lance_schema == pylance.dataset(b).lance_schema
+
+
+@pytest.mark.parametrize("first, second", [({"k": "1"}, {"k": "2"}), ({"k": "1"}, {"j": "2"})])
+def test_concurrent_config_updates_as_pylance(tmp_path, first, second):
+    a, b = str(tmp_path / "ours"), str(tmp_path / "theirs")
+    pylance.write_dataset(_table(5), a)
+    shutil.copytree(a, b)
+    stale_a, stale_b = ours.dataset(a), pylance.dataset(b)
+    pylance.dataset(a).update_config(first)
+    pylance.dataset(b).update_config(first)
+    outcomes = []
+    for stale in (stale_a, stale_b):
+        try:
+            stale.update_config(second)
+            outcomes.append("ok")
+        except (ours.CommitConflictError, OSError, ValueError, RuntimeError) as exc:
+            outcomes.append("conflict")
+            assert not isinstance(stale, ours.LanceDataset) or isinstance(exc, ours.LanceError)
+    assert outcomes[0] == outcomes[1], outcomes
+    assert ours.dataset(a).config() == pylance.dataset(b).config()
+    assert pylance.dataset(a).version == pylance.dataset(b).version
