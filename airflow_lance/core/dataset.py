@@ -135,13 +135,14 @@ class LanceFragment:
         fragment_id: int | None = None,
         schema: pa.Schema | None = None,
         max_rows_per_group: int = GROUP_ROWS,
+        progress: Any = None,
         mode: str = "append",
         *,
         data_storage_version: str | None = None,
         storage_options: Mapping[str, str] | None = None,
     ) -> FragmentMetadata:
         """Write ``data`` as one new fragment; commit nothing (pylance's ``LanceFragment.create``)."""
-        return create_fragment(dataset_uri, data, fragment_id, schema, max_rows_per_group, mode,
+        return create_fragment(dataset_uri, data, fragment_id, schema, max_rows_per_group, progress, mode,
                                data_storage_version=data_storage_version, storage_options=storage_options)
 
     def count_rows(self, filter: FilterLike = None) -> int:

@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_lance.core.delete import plan_delete
-from airflow_lance.core.errors import InvalidInputError, InvalidTypeError
+from airflow_lance.core.errors import InvalidInputError, InvalidTypeError, UnsupportedFeatureError
 from airflow_lance.core.fragment import FragmentMetadata
 from airflow_lance.core.schema import LanceSchema
 from airflow_lance.core.storage import ObjectStore, open_store
@@ -28,6 +28,7 @@ def create_fragment(
     fragment_id: int | None = None,
     schema: pa.Schema | None = None,
     max_rows_per_group: int = 1024,
+    progress: Any = None,
     mode: str = "append",
     *,
     data_storage_version: str | None = None,
@@ -42,6 +43,8 @@ def create_fragment(
     if fragment_id is not None and (isinstance(fragment_id, bool) or not isinstance(fragment_id, int)
                                     or fragment_id < 0):
         raise InvalidTypeError(f"fragment_id must be a non-negative int, not {fragment_id!r}")
+    if progress is not None:
+        raise UnsupportedFeatureError("progress hooks of LanceFragment.create are not supported")
     store = open_store(dataset_uri, storage_options)
     _existing, target, batches, version = prepare_write(store, data, schema, mode, data_storage_version)
     written = write_data_files(

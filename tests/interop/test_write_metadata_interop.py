@@ -17,6 +17,7 @@ import pytest
 
 import airflow_lance.core as ours
 from airflow_lance.core.auto_cleanup import format_duration, parse_duration
+from airflow_lance.core.file.legacy import LegacyFile
 
 STORAGE_VERSIONS = ["2.0", "2.2"]
 
@@ -176,9 +177,15 @@ def test_max_rows_per_group_legacy(tmp_path):
     ours.write_dataset(_table(2500), a, data_storage_version="legacy", max_rows_per_group=300)
     pylance.write_dataset(_table(2500), b, data_storage_version="legacy", max_rows_per_group=300)
     _same_dataset(a, b)
-    sizes = lambda uri: [os.path.getsize(os.path.join(uri, "data", n)) for n in os.listdir(os.path.join(uri, "data"))]  # noqa: E731
-    ours.write_dataset(_table(2500), str(tmp_path / "default"), data_storage_version="legacy")
-    assert sizes(a) != sizes(str(tmp_path / "default"))  # the groups changed the file
+    def batch_rows(uri: str) -> list[int]:  # rows of each on-disk batch of the (one) legacy file
+        name = os.listdir(os.path.join(uri, "data"))[0]
+        path = os.path.join(uri, "data", name)
+        with open(path, "rb") as f:
+            data = f.read()
+        legacy = LegacyFile(lambda o, n: pa.py_buffer(data[o:o + n]), len(data), path)
+        return legacy.batch_rows.tolist()
+
+    assert batch_rows(a) == batch_rows(b) == [300] * 8 + [100]
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ours.InvalidInputError, match="max_rows_per_group"):
             ours.write_dataset(_table(1), str(tmp_path / "bad"), max_rows_per_group=bad)
