@@ -224,7 +224,12 @@ def test_auto_cleanup_runs_on_commit_as_pylance(tmp_path):
     _same_dataset(a, b)
     # pylance's commits honour the config we wrote, ours the config pylance wrote
     ours.write_dataset(_table(3), b, mode="append")  # version 8: not due
-    assert len(pylance.dataset(b).versions()) == 4
+    assert [v["version"] for v in pylance.dataset(b).versions()] == [5, 6, 7, 8]
+    ours.dataset(b).update_config({"x": "1"})  # version 9: due, cleans up to its base (8)
+    assert [v["version"] for v in pylance.dataset(b).versions()] == [8, 9]
+    ours.dataset(a).update_config({"x": "1"})  # the same two commits, the due one by pylance
+    pylance.write_dataset(_table(3), a, mode="append")
+    assert [v["version"] for v in pylance.dataset(a).versions()] == [8, 9]
 
 
 def test_auto_cleanup_keeps_tagged_versions(tmp_path):
