@@ -13,6 +13,7 @@ import lance as pylance
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.dataset  # noqa: F401 - pa.dataset inputs
 import pytest
 
 import airflow_lance.core as ours
@@ -60,8 +61,8 @@ def _same_dataset(a: str, b: str) -> None:
 
 def _inputs(tmp_path):
     src = _table(50)
-    pylance.write_dataset(src, str(tmp_path / "src_theirs"))
-    ours.write_dataset(src, str(tmp_path / "src_ours"))
+    pylance.write_dataset(src, str(tmp_path / "src_theirs")).delete("id % 3 = 0")  # with deletions
+    ours.write_dataset(src, str(tmp_path / "src_ours")).delete("id % 3 = 0")
     rows = [{"id": 1, "text": "a"}, {"id": 2}, {"id": 3, "text": None}]
     return {
         "pandas": lambda: pd.DataFrame({"id": [1, 2, 3], "f": [0.5, None, 2.0], "t": ["a", None, "c"]}),
@@ -71,10 +72,12 @@ def _inputs(tmp_path):
         "our_dataset": (lambda: ours.dataset(str(tmp_path / "src_ours")),
                         lambda: pylance.dataset(str(tmp_path / "src_ours"))),
         "pylance_dataset": lambda: pylance.dataset(str(tmp_path / "src_theirs")),
+        "pyarrow_dataset": lambda: pa.dataset.dataset(src),
     }
 
 
-@pytest.mark.parametrize("kind", ["pandas", "dict", "list_of_dicts", "our_dataset", "pylance_dataset"])
+@pytest.mark.parametrize("kind", ["pandas", "dict", "list_of_dicts", "our_dataset", "pylance_dataset",
+                                  "pyarrow_dataset"])
 @pytest.mark.parametrize("version", STORAGE_VERSIONS)
 def test_write_inputs_as_pylance(tmp_path, kind, version):
     make = _inputs(tmp_path)[kind]
@@ -86,6 +89,8 @@ def test_write_inputs_as_pylance(tmp_path, kind, version):
     pylance.write_dataset(theirs(), b, mode="append")
     _same_dataset(a, b)
     assert pylance.dataset(a).data_storage_version == version
+    if kind.endswith("_dataset") and kind != "pyarrow_dataset":
+        assert pylance.dataset(a).count_rows() == 2 * 33  # deleted rows are not copied
 
 
 def test_pandas_with_schema_and_index(tmp_path):
