@@ -237,14 +237,15 @@ def test_auto_cleanup_runs_on_commit_as_pylance(tmp_path):
     assert [v["version"] for v in pylance.dataset(a).versions()] == [8, 9]
 
 
-def test_auto_cleanup_keeps_tagged_versions(tmp_path):
-    a = str(tmp_path / "ours")
-    ours.write_dataset(_table(3), a, auto_cleanup_options={"interval": 2, "older_than_seconds": 0})
-    ours.write_dataset(_table(3), a, mode="append")
-    ours.dataset(a).tags.create("keep", 1)
-    ours.write_dataset(_table(3), a, mode="append")
-    ours.write_dataset(_table(3), a, mode="append")  # version 4 is due; tagged version 1 stops it (Lance's policy)
-    assert [v["version"] for v in ours.dataset(a).versions()] == [1, 2, 3, 4]
+@pytest.mark.parametrize("lib", [ours, pylance], ids=["ours", "pylance"])
+def test_auto_cleanup_stops_at_tagged_versions(tmp_path, lib):
+    a = str(tmp_path / "ds")
+    lib.write_dataset(_table(3), a, auto_cleanup_options={"interval": 2, "older_than_seconds": 0})
+    lib.write_dataset(_table(3), a, mode="append")
+    lib.dataset(a).tags.create("keep", 1)
+    lib.write_dataset(_table(3), a, mode="append")
+    lib.write_dataset(_table(3), a, mode="append")  # version 4 is due; tagged version 1 stops it (Lance's policy)
+    assert [v["version"] for v in pylance.dataset(a).versions()] == [1, 2, 3, 4]
 
 
 def test_bad_auto_cleanup_options_write_nothing(tmp_path):
