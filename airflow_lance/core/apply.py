@@ -13,11 +13,12 @@ import time
 import uuid as uuid_lib
 from collections.abc import Callable, Iterable
 
+import numpy as np
 import pyroaring
 from google.protobuf import timestamp_pb2
 
 import airflow_lance
-from airflow_lance.core import feature_flags
+from airflow_lance.core import feature_flags, rowids
 from airflow_lance.core._proto import rowids_pb2, table_pb2
 from airflow_lance.core.errors import (
     DatasetNotFoundError,
@@ -50,6 +51,8 @@ class ApplyContext:
 
     transaction_file: str
     load_manifest: Callable[[int], ManifestFile]
+    #: A new dataset (an Overwrite with no base) gets stable row ids (``enable_stable_row_ids``).
+    enable_stable_row_ids: bool = False
 
 
 def _timestamp_now() -> timestamp_pb2.Timestamp:
@@ -62,9 +65,11 @@ def _has_stable_row_ids(manifest: table_pb2.Manifest | None) -> bool:
 
 
 def _new_fragments(
-    fragments: Iterable[FragmentMetadata], base: table_pb2.Manifest | None, target: table_pb2.Manifest
+    fragments: Iterable[FragmentMetadata], base: table_pb2.Manifest | None, target: table_pb2.Manifest,
+    stable_row_ids: bool = False,
 ) -> list[table_pb2.DataFragment]:
-    """Give unassigned fragments ids above max_fragment_id, and row ids when the dataset has them."""
+    """Give unassigned fragments ids above max_fragment_id, and row ids when the dataset has them
+    (or, for a new dataset, when ``stable_row_ids``)."""
     next_id = next_fragment_id(base)
     out = []
     for fragment in fragments:
@@ -72,15 +77,23 @@ def _new_fragments(
         if pb.id == 0:
             pb.id = next_id
             next_id += 1
-        if _has_stable_row_ids(base) and pb.WhichOneof("row_id_sequence") is None:
+        if (stable_row_ids or _has_stable_row_ids(base)) and pb.WhichOneof("row_id_sequence") is None:
             sequence = rowids_pb2.RowIdSequence()
             sequence.segments.add().range.CopyFrom(
                 rowids_pb2.U64Segment.Range(start=target.next_row_id, end=target.next_row_id + pb.physical_rows)
             )
             pb.inline_row_ids = sequence.SerializeToString()
             target.next_row_id += pb.physical_rows
+            if not any(pb.HasField(f) for f in rowids.CREATED_AT_FIELDS + rowids.LAST_UPDATED_FIELDS):
+                # as Lance: new rows were created and last updated by the version this commit makes
+                versions = rowids.encode_versions(np.full(pb.physical_rows, _next_version(base), dtype=np.uint64))
+                pb.created_at_version_inline = pb.last_updated_at_version_inline = versions
         out.append(pb)
     return out
+
+
+def _next_version(base: table_pb2.Manifest | None) -> int:
+    return (base.version if base is not None else 0) + 1
 
 
 def _format_version(fragments: Iterable[FragmentMetadata], base: table_pb2.Manifest | None) -> str:
@@ -101,7 +114,9 @@ def _check_format(fragments: list[FragmentMetadata], base: table_pb2.Manifest) -
         raise InvalidInputError(f"fragments use data storage version {version} but the dataset uses {existing}")
 
 
-def _finish(manifest: table_pb2.Manifest, base: table_pb2.Manifest | None, ctx: ApplyContext) -> None:
+def _finish(
+    manifest: table_pb2.Manifest, base: table_pb2.Manifest | None, ctx: ApplyContext, new_reader_flags: int = 0
+) -> None:
     """Fields every commit sets: version, time, writer, transaction, flags, max id."""
     manifest.version = (base.version if base is not None else 0) + 1
     manifest.timestamp.CopyFrom(_timestamp_now())
@@ -122,7 +137,7 @@ def _finish(manifest: table_pb2.Manifest, base: table_pb2.Manifest | None, ctx: 
         manifest.data_format.version = data_storage_version(base if base is not None else manifest)
     feature_flags.apply_feature_flags(
         manifest,
-        base.reader_feature_flags if base is not None else 0,
+        (base.reader_feature_flags if base is not None else 0) | new_reader_flags,
         base.writer_feature_flags if base is not None else 0,
     )
 
@@ -190,10 +205,12 @@ def _apply_overwrite(op: LanceOperation.Overwrite, base: ManifestFile | None, ct
     manifest.fields.extend(schema.fields)
     for key, value in schema.metadata.items():
         manifest.schema_metadata[key] = value
-    manifest.fragments.extend(_new_fragments(fragments, previous, manifest))
+    # Stable row ids are chosen when a dataset is created; an overwrite keeps the dataset's choice.
+    new_stable = previous is None and ctx.enable_stable_row_ids
+    manifest.fragments.extend(_new_fragments(fragments, previous, manifest, new_stable))
     manifest.data_format.file_format = "lance"
     manifest.data_format.version = _format_version(fragments, previous)
-    _finish(manifest, previous, ctx)
+    _finish(manifest, previous, ctx, feature_flags.STABLE_ROW_IDS if new_stable else 0)
     # An overwrite replaces the data: indices of the old data no longer apply.
     return NextManifest(manifest, None)
 

@@ -24,7 +24,7 @@ import logging
 import random
 import time
 
-from airflow_lance.core import feature_flags, layout
+from airflow_lance.core import auto_cleanup, feature_flags, layout
 from airflow_lance.core.apply import ApplyContext, build_next_manifest
 from airflow_lance.core.conflicts import INCOMPATIBLE, REBASE, RETRY, check
 from airflow_lance.core.errors import (
@@ -136,6 +136,9 @@ def commit_transaction(
     create_only: bool = False,
     idempotency_lookback: int = DEFAULT_IDEMPOTENCY_LOOKBACK,
     latest_known: ManifestFile | None = None,
+    new_dataset_scheme: layout.ManifestNamingScheme = layout.ManifestNamingScheme.V2,
+    enable_stable_row_ids: bool = False,
+    skip_auto_cleanup: bool = False,
 ) -> ManifestFile:
     """Commit ``transaction``; return the manifest of the new (or already landed) version.
 
@@ -144,6 +147,8 @@ def commit_transaction(
     Raises CommitConflictError (retryable: re-read and redo the operation),
     IncompatibleTransactionError, or CommitStateUnknownError (never clean up then).
     ``latest_known`` (a manifest the caller just read) saves reading it again.
+    ``new_dataset_scheme`` and ``enable_stable_row_ids`` apply only when the commit creates
+    the dataset (pylance's ``enable_v2_manifest_paths`` / ``enable_stable_row_ids``).
     """
     store.ensure_committable()
     history = History(store, latest_known)
@@ -183,14 +188,19 @@ def commit_transaction(
         if written is None or current is not written:
             txn_name = write_transaction_file(store, current)
             written = current
-        scheme = base.scheme if base is not None else layout.ManifestNamingScheme.V2
-        nxt = build_next_manifest(current.operation, base, ApplyContext(txn_name, history.manifest))
+        scheme = base.scheme if base is not None else new_dataset_scheme
+        nxt = build_next_manifest(
+            current.operation, base, ApplyContext(txn_name, history.manifest, enable_stable_row_ids)
+        )
         dictionaries = manifest_dictionaries(store, nxt.manifest, base, current.operation)
         data = serialize_manifest(nxt.manifest, nxt.index_section, dictionaries)
         path = layout.manifest_path(nxt.manifest.version, scheme)
         if _publish(store, nxt.manifest.version, path, data):
             _write_hint(store, nxt.manifest.version)
-            return ManifestFile(nxt.manifest, nxt.index_section, path, len(data), scheme, dictionaries)
+            committed = ManifestFile(nxt.manifest, nxt.index_section, path, len(data), scheme, dictionaries)
+            if not skip_auto_cleanup:
+                auto_cleanup.after_commit(store, committed, base)  # the dataset's lance.auto_cleanup.*
+            return committed
         log.debug("version %d was taken by a concurrent writer (attempt %d)", nxt.manifest.version, attempt + 1)
         time.sleep(backoff.delay())
         history.refresh()

@@ -13,7 +13,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset  # noqa: F401 - evaluates {name: expression} projections
 
-from airflow_lance.core import feature_flags
+from airflow_lance.core import auto_cleanup, feature_flags, metadata
+from airflow_lance.core.file.legacy_writer import GROUP_ROWS
+from airflow_lance.core.layout import ManifestNamingScheme
 from airflow_lance.core.commit import DEFAULT_IDEMPOTENCY_LOOKBACK, commit_transaction
 from airflow_lance.core.delete import plan_delete
 from airflow_lance.core.errors import (
@@ -32,6 +34,8 @@ from airflow_lance.core.manifest import (
     read_latest_manifest,
     read_manifest,
 )
+from airflow_lance.core.fragment_ops import create_fragment, delete_from_fragment
+from airflow_lance.core.manifest_paths import migrate_manifest_paths_v2
 from airflow_lance.core.scan import apply_filter, read_fragment, scan_fragments
 from airflow_lance.core.schema import LanceSchema
 from airflow_lance.core.storage import ObjectStore, open_store
@@ -47,6 +51,7 @@ from airflow_lance.core.write import (
     MAX_ROWS_PER_FILE,
     DataLike,
     WriteMode,
+    check_write_limits,
     prepare_write,
     write_data_files,
 )
@@ -123,8 +128,38 @@ class LanceFragment:
     def fragment_id(self) -> int:
         return self.metadata.id
 
-    def count_rows(self) -> int:
-        return self.metadata.num_rows
+    @staticmethod
+    def create(
+        dataset_uri: str | os.PathLike[str],
+        data: DataLike,
+        fragment_id: int | None = None,
+        schema: pa.Schema | None = None,
+        max_rows_per_group: int = GROUP_ROWS,
+        progress: Any = None,
+        mode: str = "append",
+        *,
+        data_storage_version: str | None = None,
+        storage_options: Mapping[str, str] | None = None,
+    ) -> FragmentMetadata:
+        """Write ``data`` as one new fragment; commit nothing (pylance's ``LanceFragment.create``)."""
+        return create_fragment(dataset_uri, data, fragment_id, schema, max_rows_per_group, progress, mode,
+                               data_storage_version=data_storage_version, storage_options=storage_options)
+
+    def count_rows(self, filter: FilterLike = None) -> int:
+        """Rows of the fragment (deletions applied), or those matching ``filter``."""
+        if filter is None:
+            return self.metadata.num_rows
+        return self._dataset._count_matching([self.metadata], filter)
+
+    @property
+    def num_deletions(self) -> int:
+        return self.metadata.num_deletions
+
+    def delete(self, predicate: str) -> FragmentMetadata | None:
+        """This fragment with the rows matching ``predicate`` deleted, or None when none is left;
+        writes the deletion file, commits nothing (commit with ``LanceOperation.Delete``)."""
+        return delete_from_fragment(self._dataset.store, self.metadata, self._dataset.lance_schema, predicate,
+                                    self._dataset.version)
 
     @property
     def physical_rows(self) -> int:
@@ -136,8 +171,16 @@ class LanceFragment:
     def deletion_file(self) -> Any:
         return self.metadata.deletion_file
 
-    def to_table(self, columns: ColumnsLike = None, filter: FilterLike = None) -> pa.Table:
-        return self._dataset._scan_table([self.metadata], columns, filter)
+    def to_table(
+        self, columns: ColumnsLike = None, filter: FilterLike = None, limit: int | None = None,
+        offset: int | None = None,
+    ) -> pa.Table:
+        """The fragment's rows (deletions applied), projected, filtered, then ``offset``/``limit``."""
+        for name, value in (("limit", limit), ("offset", offset)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise InvalidInputError(f"{name} must be a non-negative int, not {value!r}")
+        table = self._dataset._scan_table([self.metadata], columns, filter)
+        return table.slice(offset or 0, limit) if limit is not None or offset else table
 
     def __repr__(self) -> str:
         return f"LanceFragment(id={self.fragment_id}, physical_rows={self.physical_rows})"
@@ -267,9 +310,12 @@ class LanceDataset:
                 f.physical_rows - (f.deletion_file.num_deleted_rows if f.HasField("deletion_file") else 0)
                 for f in self._manifest.fragments
             )
+        return self._count_matching(self._fragments, filter)
+
+    def _count_matching(self, fragments: Sequence[FragmentMetadata], filter: FilterLike) -> int:
         expression, needed = _compile_filter(filter, self.schema)
         projection = self._schema.project(needed)
-        return sum(apply_filter(read_fragment(self._store, f, projection), expression).num_rows for f in self._fragments)
+        return sum(apply_filter(read_fragment(self._store, f, projection), expression).num_rows for f in fragments)
 
     def _scan(
         self, fragments: Sequence[FragmentMetadata], columns: ColumnsLike, filter: FilterLike
@@ -328,6 +374,77 @@ class LanceDataset:
             self._advance(new)
             return {"num_deleted_rows": deleted, "version": new.version}
         raise AssertionError("unreachable")
+
+    # -- config and metadata (core/metadata.py) --------------------------------
+    def config(self) -> dict[str, str]:
+        """The dataset's config (``lance.auto_cleanup.*`` and user keys)."""
+        return dict(self._manifest.config)
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        """The table metadata (``update_metadata``)."""
+        return dict(self._manifest.table_metadata)
+
+    @property
+    def schema_metadata(self) -> dict[str, str]:
+        return metadata.decoded(self._schema.metadata)
+
+    def _commit_update_config(self, operation: LanceOperation.UpdateConfig, retries: int = 10) -> LanceDataset:
+        """Commit ``operation`` (independent of the data read) on the latest version; advance."""
+        read_version = self.version
+        for attempt in range(retries + 1):
+            try:
+                return self._advance(LanceDataset.commit(self, operation, read_version))
+            except IncompatibleTransactionError:
+                raise
+            except CommitConflictError:
+                if attempt == retries:
+                    raise
+                read_version = self.latest_version
+        raise AssertionError("unreachable")
+
+    def update_config(self, values: Mapping[str, str | None], *, replace: bool = False) -> dict[str, str]:
+        """Set (str) or remove (None) config keys, or replace the config; returns the new config."""
+        self._commit_update_config(LanceOperation.UpdateConfig(config_updates=metadata.update_map(
+            values, replace, "config")))
+        return self.config()
+
+    def delete_config_keys(self, keys: Sequence[str]) -> None:
+        """Remove config keys (absent ones are ignored)."""
+        self._commit_update_config(LanceOperation.UpdateConfig(config_updates=metadata.delete_keys(keys)))
+
+    def update_metadata(self, values: Mapping[str, str | None], *, replace: bool = False) -> dict[str, str]:
+        """Set or remove table metadata keys (or replace all); returns the new table metadata."""
+        self._commit_update_config(LanceOperation.UpdateConfig(table_metadata_updates=metadata.update_map(
+            values, replace, "table metadata")))
+        return self.metadata
+
+    def update_schema_metadata(self, values: Mapping[str, str | None], *, replace: bool = False) -> dict[str, str]:
+        """Set or remove schema metadata keys (or replace all); returns the new schema metadata."""
+        self._commit_update_config(LanceOperation.UpdateConfig(schema_metadata_updates=metadata.update_map(
+            values, replace, "schema metadata")))
+        return self.schema_metadata
+
+    def update_field_metadata(
+        self, field_updates: Mapping[str, Mapping[str, str | None]], *, replace: bool = False
+    ) -> None:
+        """Set or remove metadata keys of fields named by (dotted) path."""
+        self._commit_update_config(LanceOperation.UpdateConfig(
+            field_metadata_updates=metadata.field_metadata_updates(self._schema, field_updates, replace)))
+
+    def get_transactions(self, recent_transactions: int = 10) -> list[Transaction | None]:
+        """The transactions of the latest ``recent_transactions`` versions up to this one, newest first."""
+        return metadata.get_transactions(self, recent_transactions)
+
+    @property
+    def stats(self) -> metadata.LanceStats:
+        """``ds.stats.dataset_stats()`` (pylance's name)."""
+        return metadata.LanceStats(self)
+
+    def migrate_manifest_paths_v2(self) -> None:
+        """Rename V1 manifests to V2 names (idempotent; not while others commit)."""
+        migrate_manifest_paths_v2(self._store)
+        self._load(read_manifest(self._store, self.version))
 
     # -- maintenance ----------------------------------------------------------
     @property
@@ -440,31 +557,48 @@ def write_dataset(
     data_storage_version: str | None = None,
     commit_message: str | None = None,
     transaction_properties: Mapping[str, str] | None = None,
+    max_rows_per_group: int = GROUP_ROWS,
+    enable_v2_manifest_paths: bool = True,
+    enable_stable_row_ids: bool = False,
+    auto_cleanup_options: Mapping[str, int] | None = None,
 ) -> LanceDataset:
     """Write ``data`` as a new dataset (``create``), a new version (``append``) or a
     replacement (``overwrite``), in one atomic commit.
+
+    ``data`` is anything pylance accepts (Arrow tables, batches, readers, iterables of
+    batches, pandas DataFrames, dicts of columns, lists of dicts, Lance datasets).
+    When the write creates the dataset: ``enable_v2_manifest_paths=False`` names its
+    manifests ``{version}.manifest`` (V1), ``enable_stable_row_ids`` gives its rows stable
+    ids, and ``auto_cleanup_options`` (``{"interval": n, "older_than_seconds": s}``) sets
+    its ``lance.auto_cleanup.*`` config; on an existing dataset the three are ignored, as
+    in pylance. ``max_rows_per_group`` sets the row groups of legacy files.
 
     ``data_storage_version`` ("legacy"/"0.1", "2.0", "2.1", "2.2" or "stable") defaults to
     2.2 for new datasets; appends always use the dataset's own version.
     """
     store = open_store(uri, storage_options)
     store.ensure_committable()  # before writing data files that could never be committed
+    check_write_limits(max_rows_per_file, max_bytes_per_file, max_rows_per_group)
+    cleanup_config = auto_cleanup.config_values(auto_cleanup_options) if auto_cleanup_options is not None else None
     existing, target, batches, version = prepare_write(store, data, schema, mode, data_storage_version)
     fragments = write_data_files(
         store, batches, target, max_rows_per_file=max_rows_per_file, max_bytes_per_file=max_bytes_per_file,
-        data_storage_version=version,
+        data_storage_version=version, max_rows_per_group=max_rows_per_group,
     )
     operation: LanceOperation.BaseOperation
     if mode == "append" and existing is not None:
         operation = LanceOperation.Append(fragments)
     else:
-        operation = LanceOperation.Overwrite(target, fragments)
+        # pylance sets the auto-cleanup config only when the write creates the dataset
+        operation = LanceOperation.Overwrite(target, fragments, cleanup_config if existing is None else None)
     transaction = Transaction(
         read_version=existing.version if existing is not None else 0,
         operation=operation,
         transaction_properties=build_properties(commit_message, transaction_properties),
     )
     manifest_file = commit_transaction(
-        store, transaction, create_only=existing is None and mode in ("create", "append"), latest_known=existing
+        store, transaction, create_only=existing is None and mode in ("create", "append"), latest_known=existing,
+        new_dataset_scheme=ManifestNamingScheme.V2 if enable_v2_manifest_paths else ManifestNamingScheme.V1,
+        enable_stable_row_ids=bool(enable_stable_row_ids),
     )
     return LanceDataset(store, manifest_file)

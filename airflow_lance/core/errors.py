@@ -101,3 +101,8 @@ class CommitStateUnknownError(LanceError):
 
     Never delete the files of such a commit: a version may reference them.
     """
+
+
+class InvalidTypeError(InvalidInputError, TypeError):
+    """An argument of the wrong Python type (pylance raises ``TypeError``), e.g. a
+    non-string metadata value."""

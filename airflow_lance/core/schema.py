@@ -231,6 +231,15 @@ class LanceSchema:
         """The Arrow schema (field and schema metadata included)."""
         return pa.schema([self.arrow_field(f.id) for f in self.top_level()], metadata=self.metadata or None)
 
+    @classmethod
+    def from_pyarrow(cls, schema: pa.Schema) -> LanceSchema:
+        """pylance's name of :meth:`from_arrow` (fresh field ids from 0)."""
+        return cls.from_arrow(schema)
+
+    def to_pyarrow(self) -> pa.Schema:
+        """pylance's name of :meth:`to_arrow`."""
+        return self.to_arrow()
+
     def to_proto(self) -> file_pb2.Schema:
         """``lance.file.Schema`` message (as stored in a data file's descriptor)."""
         return file_pb2.Schema(fields=self.fields, metadata=self.metadata)

@@ -25,6 +25,16 @@ def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def _parse_time(text: str | None) -> dt.datetime | None:
+    """An RFC 3339 time of a tag file (any fraction of a second) as a UTC datetime."""
+    if not text:
+        return None
+    main, _, frac = text.rstrip("Z").partition(".")
+    parsed = dt.datetime.fromisoformat(main.split("+")[0]).replace(tzinfo=dt.timezone.utc)
+    digits = "".join(c for c in frac if c.isdigit())
+    return parsed.replace(microsecond=int((digits + "000000")[:6])) if digits else parsed
+
+
 class Tags:
     """Tag operations of one dataset (``LanceDataset.tags``)."""
 
@@ -76,6 +86,28 @@ class Tags:
                     "updated_at": content.get("updatedAt"),
                 }
         return result
+
+    def list_ordered(self, order: str | None = None) -> list[tuple[str, dict[str, Any]]]:
+        """All tags as (name, contents) by version, newest first (``order="desc"``, the default)
+        or oldest first (``"asc"``), then by name; contents as pylance's: ``branch``, ``version``,
+        ``created_at``/``updated_at`` (UTC datetimes), ``manifest_size``, ``metadata``."""
+        if order not in (None, "asc", "desc"):
+            raise InvalidInputError(f"Invalid sort order {order!r}. Valid values are: asc, desc")
+        tags = []
+        for name in self._store.list_names(layout.TAGS_DIR):
+            if name.endswith(".json"):
+                tag = name[: -len(".json")]
+                content = self._read(tag)
+                tags.append((tag, {
+                    "branch": content.get("branch"),
+                    "version": int(content["version"]),
+                    "created_at": _parse_time(content.get("createdAt")),
+                    "updated_at": _parse_time(content.get("updatedAt")),
+                    "manifest_size": content.get("manifestSize"),
+                    "metadata": dict(content.get("metadata") or {}),
+                }))
+        sign = 1 if order == "asc" else -1
+        return sorted(tags, key=lambda item: (sign * item[1]["version"], item[0]))
 
     def get_version(self, tag: str) -> int:
         """The version ``tag`` points to."""

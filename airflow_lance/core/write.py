@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Literal, Union
+from typing import Any, Literal, Union
 
 import pyarrow as pa
 
@@ -24,6 +24,7 @@ from airflow_lance.core.errors import (
 from airflow_lance.core.file import LanceFileWriter
 from airflow_lance.core.file.legacy_writer import GROUP_ROWS, LegacyFileWriter, check_dictionaries
 from airflow_lance.core.fragment import DataFile, FragmentMetadata
+from airflow_lance.core.inputs import coerce_data
 from airflow_lance.core.manifest import (
     LEGACY_STORAGE_VERSION,
     ManifestFile,
@@ -33,7 +34,8 @@ from airflow_lance.core.manifest import (
 from airflow_lance.core.schema import LanceSchema
 from airflow_lance.core.storage import ObjectStore, open_store
 
-DataLike = Union[pa.Table, pa.RecordBatch, pa.RecordBatchReader, Iterable[pa.RecordBatch]]
+#: Also pandas DataFrames, dicts of columns, lists of dicts, Lance datasets (see ``core.inputs``).
+DataLike = Union[pa.Table, pa.RecordBatch, pa.RecordBatchReader, Iterable[pa.RecordBatch], Mapping, Any]
 WriteMode = Literal["create", "append", "overwrite"]
 
 MAX_ROWS_PER_FILE = 1024 * 1024
@@ -65,11 +67,12 @@ def resolve_storage_version(requested: str | None, existing: ManifestFile | None
 
 def as_batches(data: DataLike, schema: pa.Schema | None) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
     """Normalise supported inputs into (schema, stream of record batches)."""
+    data = coerce_data(data, schema)
     if isinstance(data, pa.Table):
-        table = data if schema is None else data.cast(schema)
+        table = data if schema is None or data.schema.equals(schema) else data.cast(schema)
         return table.schema, iter(table.to_batches())
     if isinstance(data, pa.RecordBatch):
-        batch = data if schema is None else data.cast(schema)
+        batch = data if schema is None or data.schema.equals(schema) else data.cast(schema)
         return batch.schema, iter([batch])
     if isinstance(data, pa.RecordBatchReader):
         return data.schema, iter(data)
@@ -128,8 +131,9 @@ class _FragmentSink:
     """
 
     def __init__(self, store: ObjectStore, schema: LanceSchema, max_rows: int, max_bytes: int, version: str,
-                 dictionaries: Mapping[int, pa.Array] | None = None) -> None:
+                 dictionaries: Mapping[int, pa.Array] | None = None, group_rows: int = GROUP_ROWS) -> None:
         self.store = store
+        self.group_rows = group_rows
         self.schema = schema
         self.version = version
         self.max_rows = max_rows
@@ -146,7 +150,7 @@ class _FragmentSink:
         sink = self._stack.enter_context(self.store.open_output(layout.data_file_path(self._name)))
         if self.version == LEGACY_STORAGE_VERSION:
             self._writer = LegacyFileWriter(sink, self.schema, dictionaries=self.dictionaries,
-                                            group_rows=min(GROUP_ROWS, self.max_rows))
+                                            group_rows=min(self.group_rows, self.max_rows))
         else:
             self._writer = LanceFileWriter(sink, self.schema, version=self.version)
         return self._writer
@@ -194,14 +198,15 @@ def write_data_files(
     max_rows_per_file: int = MAX_ROWS_PER_FILE,
     max_bytes_per_file: int = MAX_BYTES_PER_FILE,
     data_storage_version: str | None = None,
+    max_rows_per_group: int = GROUP_ROWS,
 ) -> list[FragmentMetadata]:
     """Write batches as new fragments (ids 0, committed by nobody) and return them.
 
     The files get the dataset's data storage version (``store`` is asked when
     ``data_storage_version`` is None; a new dataset gets the default).
+    ``max_rows_per_group`` sets the row groups of legacy (0.1) files; 2.x files have none.
     """
-    if max_rows_per_file <= 0 or max_bytes_per_file <= 0:
-        raise InvalidInputError("max_rows_per_file and max_bytes_per_file must be positive")
+    check_write_limits(max_rows_per_file, max_bytes_per_file, max_rows_per_group)
     latest: ManifestFile | None | bool = False  # False: not read yet
     if data_storage_version is None:
         latest = _latest_or_none(store)
@@ -211,7 +216,8 @@ def write_data_files(
     dictionaries = None
     if data_storage_version == LEGACY_STORAGE_VERSION:
         dictionaries = _dataset_dictionaries(store, schema, _latest_or_none(store) if latest is False else latest)
-    sink = _FragmentSink(store, schema, max_rows_per_file, max_bytes_per_file, data_storage_version, dictionaries)
+    sink = _FragmentSink(store, schema, max_rows_per_file, max_bytes_per_file, data_storage_version, dictionaries,
+                         max_rows_per_group)
     try:
         for batch in batches:
             if batch.num_rows:
@@ -220,6 +226,14 @@ def write_data_files(
         sink.abort()
         raise
     return sink.finish()
+
+
+def check_write_limits(max_rows_per_file: int, max_bytes_per_file: int, max_rows_per_group: int = GROUP_ROWS) -> None:
+    """The size limits of a write are positive integers (checked before anything is written)."""
+    for name, value in (("max_rows_per_file", max_rows_per_file), ("max_bytes_per_file", max_bytes_per_file),
+                        ("max_rows_per_group", max_rows_per_group)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise InvalidInputError(f"{name} must be a positive integer, not {value!r}")
 
 
 def _dataset_dictionaries(store: ObjectStore, schema: LanceSchema, latest: ManifestFile | None) -> dict[int, pa.Array]:

@@ -163,7 +163,9 @@ def test_bad_mode_and_arguments(uri):
     with pytest.raises(lance.InvalidInputError, match="max_rows_per_file"):
         lance.write_dataset(_table(0, 1), uri, max_rows_per_file=0)
     with pytest.raises(lance.InvalidInputError):
-        lance.write_dataset({"a": [1]}, uri)
+        lance.write_dataset(42, uri)
+    with pytest.raises(lance.InvalidInputError, match="dict"):  # columns of unequal length
+        lance.write_dataset({"a": [1], "b": [1, 2]}, uri)
     assert not os.path.exists(os.path.join(uri, "_versions"))
 
 
