@@ -13,6 +13,7 @@ import time
 import uuid as uuid_lib
 from collections.abc import Callable, Iterable
 
+import numpy as np
 import pyroaring
 from google.protobuf import timestamp_pb2
 
@@ -79,6 +80,11 @@ def _new_fragments(
             )
             pb.inline_row_ids = sequence.SerializeToString()
             target.next_row_id += pb.physical_rows
+            # new rows are created and last updated by this version, as pylance records them
+            stamp = rowids.encode_versions(np.full(pb.physical_rows, base.version + 1, dtype=np.uint64))
+            for inline, external in (rowids.CREATED_AT_FIELDS, rowids.LAST_UPDATED_FIELDS):
+                if not pb.HasField(inline) and not pb.HasField(external):
+                    setattr(pb, inline, stamp)
         out.append(pb)
     return out
 
