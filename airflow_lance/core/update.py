@@ -169,17 +169,22 @@ def plan_update(
     expressions, _read = _compile_updates(updates, schema)
     arrow = schema.to_arrow()
     predicate = to_expression(where, arrow) if where is not None else None
-    if where is not None:
-        referenced_columns(where, arrow)  # validates the names
+    filtered = schema.project(referenced_columns(where, arrow)) if where is not None else None
     projection = {f.name: (expressions[f.name] if f.name in expressions else pc.field(f.name)) for f in arrow}
     projection[OFFSET] = pc.field(OFFSET)
     rewritten: list[pa.Table] = []
     hits: dict[int, np.ndarray] = {}
     carried: list[np.ndarray] = []
     for fragment in fragments:
-        rows = live_rows(store, fragment, schema)
-        if predicate is not None:
-            rows = apply_filter(rows, predicate)
+        if predicate is None:
+            rows = live_rows(store, fragment, schema)
+        else:  # the predicate's columns first; the whole rows only of the fragments with matches
+            assert filtered is not None
+            matching = apply_filter(live_rows(store, fragment, filtered), predicate).column(OFFSET)
+            if not len(matching):
+                continue
+            rows = read_fragment(store, fragment, schema, with_deletions=False).take(matching)
+            rows = rows.append_column(OFFSET, matching)
         if not rows.num_rows:
             continue
         new = evaluate(rows, projection, "update")
