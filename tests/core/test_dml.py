@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 import pytest
 
 import airflow_lance.core as lance
-from airflow_lance.core.errors import AmbiguousMergeInsertError
+from airflow_lance.core import AmbiguousMergeInsertError
 from airflow_lance.core.transaction import Transaction
 
 
