@@ -139,6 +139,7 @@ MERGES = {
     .when_not_matched_by_source_delete("id >= 20"),
     "sync": lambda b: b.when_matched_update_all().when_not_matched_insert_all().when_not_matched_by_source_delete(),
     "delete_missing": lambda b: b.when_not_matched_by_source_delete("flag"),
+    "delete_matched": lambda b: b.when_matched_delete().when_not_matched_insert_all(),
 }
 
 
