@@ -237,7 +237,11 @@ def plan_merge_insert(
     if plan.matched is not None and matched.num_rows:
         chosen = matched
         if plan.matched == "update":
-            target_rows = _target_matched_rows(store, by_id, schema, matched)
+            # only the target columns the source lacks (all of them for a condition) are read
+            names = [f.name for f in schema.top_level()]
+            needed = names if plan.condition is not None else [n for n in names if n not in source.column_names]
+            target_rows = (_target_matched_rows(store, by_id, schema.project(needed), matched) if needed
+                           else pa.table({"_": pa.nulls(matched.num_rows)}).drop_columns(["_"]))
             new_values = source.take(pa.array(source_rows))
             if plan.condition is not None:
                 mask = pa.array(_condition_mask(plan.condition, new_values, target_rows))
