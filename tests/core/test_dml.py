@@ -175,3 +175,22 @@ def test_committing_an_update_built_by_hand(uri):
     read = committed.read_transaction()
     assert read.kind == "update" and read.operation.removed_fragment_ids == [1]
     assert Transaction.from_pb(read.to_pb()).operation == read.operation
+
+
+def test_rebased_update_that_empties_a_fragment_removes_it(uri):
+    """A concurrent delete took the other rows of the fragment whose rows we move: after the
+    rebase (deletion vectors merged) nothing of it is left, so it is removed, as a Delete's is."""
+    from airflow_lance.core.update import plan_update
+
+    lance.write_dataset(_table(20), uri, max_rows_per_file=10)
+    ds = lance.dataset(uri)
+    operation, count = plan_update(ds.store, ds._fragments, ds.lance_schema, {"s": "'moved'"}, "id < 5",
+                                   ds.version, ds.data_storage_version, False)
+    assert count == 5
+    lance.dataset(uri).delete("id >= 5 AND id < 10")
+    committed = lance.LanceDataset.commit(uri, operation, read_version=ds.version)
+    assert 0 not in [f.fragment_id for f in committed.get_fragments()]
+    assert committed.read_transaction().operation.removed_fragment_ids == [0]
+    rows = _sorted(committed)
+    assert rows["id"].to_pylist() == list(range(5)) + list(range(10, 20))
+    assert rows.filter(pc.equal(rows["s"], "moved"))["id"].to_pylist() == list(range(5))
