@@ -25,7 +25,7 @@ from airflow_lance.core.fragment import FragmentMetadata
 from airflow_lance.core.scan import apply_filter, read_fragment
 from airflow_lance.core.schema import LanceSchema
 from airflow_lance.core.storage import ObjectStore
-from airflow_lance.core.transaction import LanceOperation
+from airflow_lance.core.transaction import LanceOperation, Transaction
 from airflow_lance.core.update import OFFSET, delete_offsets, live_rows, moved_row_ids, write_rows
 from airflow_lance.core.write import as_batches
 
@@ -98,6 +98,20 @@ class MergeInsertBuilder:
             ),
             self._conflict_retries,
         )
+
+
+    def execute_uncommitted(self, data_obj: Any, *, schema: pa.Schema | None = None) -> tuple[Transaction, dict[str, int]]:
+        """Write the new rows and deletion vectors but commit nothing: (the Transaction, the counts).
+        Commit it with ``LanceDataset.commit(uri, transaction.operation, transaction.read_version)``."""
+        plan = self._plan
+        if plan.matched is None and not plan.insert and not plan.delete_by_source:
+            raise InvalidInputError("The merge insert job is not configured to change the data in any way")
+        ds = self._dataset
+        operation, stats = plan_merge_insert(
+            ds.store, ds._fragments, ds.lance_schema, _source_table(data_obj, schema), plan, ds.version,
+            ds.data_storage_version, ds._stable_row_ids,
+        )
+        return Transaction(read_version=ds.version, operation=operation), stats
 
 
 def _key_columns(schema: LanceSchema, on: str | Iterable[str] | None) -> list[str]:

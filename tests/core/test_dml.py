@@ -194,3 +194,16 @@ def test_rebased_update_that_empties_a_fragment_removes_it(uri):
     rows = _sorted(committed)
     assert rows["id"].to_pylist() == list(range(5)) + list(range(10, 20))
     assert rows.filter(pc.equal(rows["s"], "moved"))["id"].to_pylist() == list(range(5))
+
+
+def test_merge_insert_execute_uncommitted_then_commit(uri):
+    lance.write_dataset(_table(10), uri)
+    ds = lance.dataset(uri)
+    source = pa.table({"id": pa.array([3, 30], pa.int64()), "s": ["three", "thirty"]})
+    builder = ds.merge_insert("id").when_matched_update_all().when_not_matched_insert_all()
+    transaction, stats = builder.execute_uncommitted(source)
+    assert stats == {"num_inserted_rows": 1, "num_updated_rows": 1, "num_deleted_rows": 0}
+    assert lance.dataset(uri).version == 1 and ds.version == 1  # nothing committed
+    committed = lance.LanceDataset.commit(uri, transaction.operation, read_version=transaction.read_version)
+    rows = {r["id"]: r["s"] for r in committed.to_table(columns=["id", "s"]).to_pylist()}
+    assert rows[3] == "three" and rows[30] == "thirty" and len(rows) == 11
