@@ -38,9 +38,11 @@ _ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError
 
 def live_rows(store: ObjectStore, fragment: FragmentMetadata, projection: LanceSchema) -> pa.Table:
     """The fragment's live rows for ``projection``, with their physical offsets in ``OFFSET``."""
-    table = read_fragment(store, fragment, projection, with_deletions=False)
     offsets = pa.array(np.arange(fragment.physical_rows, dtype=np.uint32))
-    table = table.append_column(OFFSET, offsets) if projection.top_level() else pa.table({OFFSET: offsets})
+    if projection.top_level():
+        table = read_fragment(store, fragment, projection, with_deletions=False).append_column(OFFSET, offsets)
+    else:  # a predicate that reads no column ("true")
+        table = pa.table({OFFSET: offsets})
     if fragment.deletion_file is None:
         return table
     deleted = read_deletion_vector(store, fragment.id, fragment.deletion_file)

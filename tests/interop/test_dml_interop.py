@@ -250,3 +250,22 @@ def test_bad_input_is_a_typed_error_and_changes_nothing(copies, case):
     assert isinstance(our_error.value, builtin), (type(our_error.value).__mro__, builtin)
     assert _listing(mine) == before
     assert handle.version == ours.dataset(mine).version == 2
+
+
+def test_empty_dataset_constant_predicate_null_values_and_empty_source(tmp_path):
+    """Edge cases side by side: merge into an empty dataset, a predicate that reads no column,
+    a NULL assignment, and syncing to an empty source (every row deleted)."""
+    results = []
+    for lib in (pylance, ours):
+        uri = str(tmp_path / lib.__name__)
+        lib.write_dataset(pa.table({"id": pa.array([], pa.int64()), "x": pa.array([], pa.float64())}), uri)
+        ds = lib.dataset(uri)
+        out = [ds.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(
+            pa.table({"id": [1, 2], "x": [1.0, 2.0]}))]
+        out += [ds.update({"x": "x * 2"}, "true"), ds.update({"x": "NULL"}, "id = 1")]
+        out.append(pylance.dataset(uri).to_table().sort_by("id").to_pydict())
+        empty = pa.table({"id": pa.array([], pa.int64()), "x": pa.array([], pa.float64())})
+        out += [ds.merge_insert("id").when_not_matched_by_source_delete().execute(empty), ds.version]
+        out.append(pylance.dataset(uri).count_rows())
+        results.append(out)
+    assert results[0] == results[1]
