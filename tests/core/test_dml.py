@@ -146,18 +146,26 @@ CONCURRENT = {
 UPDATE = ({"x": "-1", "s": "'ours'"}, "id % 2 = 0 AND id < 50")  # not the appended rows
 
 
+MINE = {
+    "update": lambda ds: ds.update(*UPDATE),
+    "merge_insert": lambda ds: ds.merge_insert("id").when_matched_update_all().when_not_matched_insert_all()
+    .execute(_table(6, 2).set_column(2, "s", pa.array(["ours"] * 6))),  # ids 2..7: matched, 4 and 2 contested
+}
+
+
+@pytest.mark.parametrize("mine", list(MINE))
 @pytest.mark.parametrize("theirs", list(CONCURRENT))
-def test_update_against_our_concurrent_writers(tmp_path, theirs):
-    """A stale handle's update is rebased or redone on the latest version: the result equals
-    running the concurrent operation first, then the update (nothing lost or resurrected)."""
+def test_dml_against_our_concurrent_writers(tmp_path, theirs, mine):
+    """A stale handle's update/merge_insert is rebased or redone on the latest version: the result
+    equals running the concurrent operation first, then ours (nothing lost or resurrected)."""
     serial, concurrent = str(tmp_path / "serial"), str(tmp_path / "concurrent")
     for uri in (serial, concurrent):
         lance.write_dataset(_table(20), uri, max_rows_per_file=10)
     CONCURRENT[theirs](lance.dataset(serial))
-    expected = lance.dataset(serial).update(*UPDATE)
+    expected = MINE[mine](lance.dataset(serial))
     stale = lance.dataset(concurrent)
     CONCURRENT[theirs](lance.dataset(concurrent))
-    assert stale.update(*UPDATE) == expected
+    assert MINE[mine](stale) == expected
     assert stale.version == lance.dataset(concurrent).version
     assert _sorted(stale).equals(_sorted(lance.dataset(serial)))
 
