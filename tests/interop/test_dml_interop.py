@@ -91,6 +91,10 @@ def _assert_same(theirs: str, mine: str, stable: bool, inserted_from: int | None
     a, b = pylance.dataset(theirs), pylance.dataset(mine)
     assert a.version == b.version
     assert a.schema == b.schema
+    kept = ("total_rows", "total_fragments", "total_data_file_rows", "total_deletion_file_rows", "total_data_files")
+    assert [{k: v["metadata"][k] for k in kept} for v in a.versions()] == [
+        {k: v["metadata"][k] for k in kept} for v in b.versions()]
+    assert [f.metadata.id for f in a.get_fragments()] == [f.metadata.id for f in b.get_fragments()]
     ta = _plain(a.to_table(with_row_id=stable)).sort_by("id")
     tb = _plain(b.to_table(with_row_id=stable)).sort_by("id")
     if stable and inserted_from is not None:
