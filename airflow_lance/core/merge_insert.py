@@ -302,7 +302,7 @@ def plan_merge_insert(
         removed_fragment_ids=removed,
         updated_fragments=updated,
         new_fragments=new_fragments,
-        fields_for_preserving_frag_bitmap=[f.id for f in schema.top_level()],
+        fields_for_preserving_frag_bitmap=schema.field_ids(),  # every field, nested ones too (pylance's)
     )
     return operation, stats
 

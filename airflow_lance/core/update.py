@@ -195,14 +195,15 @@ def plan_update(
         rewritten.append(schema.align(new.drop_columns([OFFSET])))
         if stable_row_ids:
             carried.append(moved_row_ids(store, fragment, offsets))
+    # the updated fields and the fields below them, as pylance lists them (also when nothing matched)
+    modified = [i for f in schema.top_level() if f.name in expressions for i in schema.subtree_ids(f.id)]
     total = sum(t.num_rows for t in rewritten)
     if not total:
-        return LanceOperation.Update(), 0
+        return LanceOperation.Update(fields_for_preserving_frag_bitmap=modified), 0
     # Everything evaluated: now write the new rows and the deletion vectors.
     moved = np.concatenate(carried, axis=1) if stable_row_ids else None
     new_fragments = write_rows(store, rewritten, schema, storage_version, moved)
     updated, removed = delete_offsets(store, fragments, hits, read_version)
-    modified = [f.id for f in schema.top_level() if f.name in expressions]
     operation = LanceOperation.Update(
         removed_fragment_ids=removed,
         updated_fragments=updated,
