@@ -6,6 +6,7 @@ Public surface with pylance's names. This package never imports Airflow or Spark
 from airflow_lance.core.cleanup import CleanupStats, TaggedVersionsError, cleanup_old_versions
 from airflow_lance.core.dataset import LanceDataset, LanceFragment, dataset, write_dataset
 from airflow_lance.core.errors import (
+    AmbiguousMergeInsertError,
     CommitConflictError,
     CommitStateUnknownError,
     CorruptFileError,
@@ -48,6 +49,7 @@ from airflow_lance.core.optimize import (
     RewriteResult,
     compact_files,
 )
+from airflow_lance.core.merge_insert import MergeInsertBuilder
 from airflow_lance.core.schema import LanceSchema
 from airflow_lance.core.storage.factory import ensure_committable
 from airflow_lance.core.tags import Tags
@@ -55,6 +57,7 @@ from airflow_lance.core.transaction import IDEMPOTENCY_KEY, LanceOperation, Tran
 from airflow_lance.core.write import write_fragments
 
 __all__ = [
+    "AmbiguousMergeInsertError",
     "CleanupStats",
     "CommitConflictError",
     "CommitStateUnknownError",
@@ -84,6 +87,7 @@ __all__ = [
     "LanceFragment",
     "LanceOperation",
     "LanceSchema",
+    "MergeInsertBuilder",
     "PartitionsWritten",
     "RewriteResult",
     "SchemaMismatchError",

@@ -84,10 +84,11 @@ def _new_fragments(
             )
             pb.inline_row_ids = sequence.SerializeToString()
             target.next_row_id += pb.physical_rows
-            if not any(pb.HasField(f) for f in rowids.CREATED_AT_FIELDS + rowids.LAST_UPDATED_FIELDS):
-                # as Lance: new rows were created and last updated by the version this commit makes
-                versions = rowids.encode_versions(np.full(pb.physical_rows, _next_version(base), dtype=np.uint64))
-                pb.created_at_version_inline = pb.last_updated_at_version_inline = versions
+            # new rows are created and last updated by this version, as pylance records them
+            stamp = rowids.encode_versions(np.full(pb.physical_rows, _next_version(base), dtype=np.uint64))
+            for inline, external in (rowids.CREATED_AT_FIELDS, rowids.LAST_UPDATED_FIELDS):
+                if not pb.HasField(inline) and not pb.HasField(external):
+                    setattr(pb, inline, stamp)
         out.append(pb)
     return out
 
@@ -253,11 +254,21 @@ def _apply_delete(op: LanceOperation.Delete, base: ManifestFile | None, ctx: App
     return NextManifest(manifest, _drop_fragments_from_indices(base.index_section, set(op.deleted_fragment_ids)))
 
 
+def _stamp_moved_rows(fragment: FragmentMetadata, version: int, manifest: table_pb2.Manifest) -> FragmentMetadata:
+    """Row ids and version sequences of an Update's new fragment (moved rows keep their ids)."""
+    pb = fragment.to_pb()
+    manifest.next_row_id = rowids.stamp_new_fragment(pb, version, manifest.next_row_id)
+    return FragmentMetadata.from_pb(pb)
+
+
 def _apply_update(op: LanceOperation.Update, base: ManifestFile | None, ctx: ApplyContext) -> NextManifest:
     manifest = _copy_base(base, "update")
     assert base is not None
     _replace_fragments(manifest, op.updated_fragments, op.removed_fragment_ids, "update")
-    manifest.fragments.extend(_new_fragments(op.new_fragments, base.manifest, manifest))
+    new_fragments = list(op.new_fragments)
+    if _has_stable_row_ids(base.manifest) and op.update_mode != "rewrite_columns":
+        new_fragments = [_stamp_moved_rows(f, base.manifest.version + 1, manifest) for f in new_fragments]
+    manifest.fragments.extend(_new_fragments(new_fragments, base.manifest, manifest))
     _finish(manifest, base.manifest, ctx)
     changed = set(op.removed_fragment_ids) | (
         {f.id for f in op.updated_fragments} if op.update_mode == "rewrite_columns" else set()

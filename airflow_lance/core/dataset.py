@@ -6,7 +6,8 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import os
-from collections.abc import Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -58,6 +59,7 @@ from airflow_lance.core.write import (
 
 if TYPE_CHECKING:
     from airflow_lance.core.cleanup import CleanupStats
+    from airflow_lance.core.merge_insert import MergeInsertBuilder
     from airflow_lance.core.optimize import DatasetOptimizer
 
 FilterLike = str | pc.Expression | None
@@ -446,6 +448,73 @@ class LanceDataset:
         migrate_manifest_paths_v2(self._store)
         self._load(read_manifest(self._store, self.version))
 
+    @property
+    def _stable_row_ids(self) -> bool:
+        return bool(self._manifest.reader_feature_flags & feature_flags.STABLE_ROW_IDS)
+
+    def _commit_planned(
+        self,
+        plan: Callable[[LanceDataset], tuple[LanceOperation.BaseOperation, Any]],
+        conflict_retries: int,
+        retry_timeout: dt.timedelta | None = None,
+    ) -> Any:
+        """Plan on this handle's version, commit, and on a retryable conflict re-plan on the
+        latest version (at most ``conflict_retries`` times, within ``retry_timeout``); move the
+        handle to the committed version and return what ``plan`` returned besides the operation."""
+        current: LanceDataset = self
+        deadline = time.monotonic() + retry_timeout.total_seconds() if retry_timeout is not None else None
+        for attempt in range(conflict_retries + 1):
+            operation, result = plan(current)
+            try:
+                new = LanceDataset.commit(current, operation, current.version)
+            except IncompatibleTransactionError:
+                raise
+            except CommitConflictError:
+                if attempt == conflict_retries or (deadline is not None and time.monotonic() > deadline):
+                    raise
+                current = _open_version(self._store, None)
+                continue
+            self._advance(new)
+            return result
+        raise AssertionError("unreachable")
+
+    def update(
+        self,
+        updates: Mapping[str, str],
+        where: str | pc.Expression | None = None,
+        conflict_retries: int = 10,
+        retry_timeout: dt.timedelta = dt.timedelta(seconds=30),
+        data_storage_version: str | None = None,
+    ) -> dict[str, int]:
+        """Set ``updates`` ({column: SQL expression over the old row}) on the rows matching
+        ``where`` (all rows when None); returns pylance's ``{"num_rows_updated": n}``. The rows
+        are rewritten into new fragments (see ``core.update``); one ``Update`` commit, also
+        when no row matches, as in pylance; the handle moves to it."""
+        from airflow_lance.core.update import plan_update
+        from airflow_lance.core.write import resolve_storage_version
+
+        def plan(current: LanceDataset) -> tuple[LanceOperation.BaseOperation, dict[str, int]]:
+            version = resolve_storage_version(data_storage_version, current.manifest_file)
+            operation, count = plan_update(
+                current._store, current._fragments, current._schema, updates, where, current.version, version,
+                current._stable_row_ids,
+            )
+            return operation, {"num_rows_updated": count}
+
+        return self._commit_planned(plan, conflict_retries, retry_timeout)
+
+    def merge_insert(self, on: str | Sequence[str] | None = None) -> MergeInsertBuilder:
+        """pylance's merge-insert builder (``when_matched_update_all``, ``when_not_matched_insert_all``,
+        ``when_not_matched_by_source_delete``, ``execute``); see ``core.merge_insert``."""
+        from airflow_lance.core.merge_insert import MergeInsertBuilder
+
+        return MergeInsertBuilder(self, on)
+
+    def insert(self, data: DataLike, *, mode: WriteMode = "append", **kwargs: Any) -> None:
+        """Write ``data`` into this dataset (pylance's ``insert``: ``write_dataset`` with
+        ``mode="append"`` by default); the handle moves to the new version."""
+        self._advance(write_dataset(data, self._store, mode=mode, **kwargs))
+
     # -- maintenance ----------------------------------------------------------
     @property
     def optimize(self) -> DatasetOptimizer:
@@ -547,7 +616,7 @@ def dataset(
 
 def write_dataset(
     data: DataLike,
-    uri: str | os.PathLike[str],
+    uri: str | os.PathLike[str] | ObjectStore,
     schema: pa.Schema | None = None,
     mode: WriteMode = "create",
     *,
@@ -576,7 +645,7 @@ def write_dataset(
     ``data_storage_version`` ("legacy"/"0.1", "2.0", "2.1", "2.2" or "stable") defaults to
     2.2 for new datasets; appends always use the dataset's own version.
     """
-    store = open_store(uri, storage_options)
+    store = uri if isinstance(uri, ObjectStore) else open_store(uri, storage_options)
     store.ensure_committable()  # before writing data files that could never be committed
     check_write_limits(max_rows_per_file, max_bytes_per_file, max_rows_per_group)
     cleanup_config = auto_cleanup.config_values(auto_cleanup_options) if auto_cleanup_options is not None else None

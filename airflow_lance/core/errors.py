@@ -47,6 +47,10 @@ class InvalidInputError(LanceError, ValueError):
     """An argument is malformed or out of range (bad mode, bad filter, ...)."""
 
 
+class AmbiguousMergeInsertError(InvalidInputError, OSError):
+    """A merge insert whose source has several rows for one target row (pylance: ``OSError``)."""
+
+
 class CorruptFileError(LanceError):
     """A file of the dataset is malformed: bad magic, truncated, inconsistent.
 

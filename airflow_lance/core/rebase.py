@@ -54,7 +54,7 @@ def rebase_deletions(
                 f"fragment {fragment.id}: {both.size} rows were also deleted by a concurrent transaction; retry"
             )
         merged = np.union1d(ours, theirs).astype(np.uint32)
-        if merged.size >= now.physical_rows and isinstance(op, LanceOperation.Delete):
+        if merged.size >= now.physical_rows:  # every row gone: the fragment is removed (Delete and Update)
             removed.append(fragment.id)
             continue
         deletion = write_deletion_vector(store, fragment.id, mine.read_version, merged)
@@ -62,5 +62,5 @@ def rebase_deletions(
     if isinstance(op, LanceOperation.Delete):
         new_op: LanceOperation.BaseOperation = LanceOperation.Delete(updated, removed, op.predicate)
     else:
-        new_op = dataclasses.replace(op, updated_fragments=updated)
+        new_op = dataclasses.replace(op, updated_fragments=updated, removed_fragment_ids=removed)
     return dataclasses.replace(mine, operation=new_op, raw=None)

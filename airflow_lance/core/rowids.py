@@ -201,3 +201,34 @@ def sequence_bytes(store: ObjectStore, fragment: table_pb2.DataFragment, fields:
             raise CorruptFileError(ref.path, f"expected {ref.size} bytes at {ref.offset}, got {len(data)}")
         return data
     return None
+
+
+def stamp_new_fragment(pb: table_pb2.DataFragment, version: int, next_row_id: int) -> int:
+    """Complete, at commit, a new fragment of an ``Update`` on a dataset with stable row ids.
+
+    The fragment may carry the row ids (and created-at versions) of its first rows: rows moved
+    by an update keep their ids. The remaining rows (inserted ones) get fresh ids from
+    ``next_row_id``; every row gets ``version`` as its last-updated version and the fresh rows
+    as their created-at version, as Lance derives them at commit. Returns the next free row id.
+    """
+    rows = pb.physical_rows
+    carried = decode_row_ids(pb.inline_row_ids) if pb.HasField("inline_row_ids") else np.empty(0, np.uint64)
+    if pb.HasField("external_row_ids") or carried.size > rows:
+        raise CorruptFileError(f"fragment {pb.id}", f"carries {carried.size} row ids for {rows} rows")
+    kept = carried.size
+    fresh = np.arange(next_row_id, next_row_id + rows - kept, dtype=np.uint64)
+    pb.inline_row_ids = encode_row_ids(np.concatenate((carried, fresh)))
+    created = np.full(rows, version, dtype=np.uint64)
+    if kept and pb.HasField("created_at_version_inline"):
+        created[:kept] = decode_versions(pb.created_at_version_inline, rows)[:kept]
+    pb.created_at_version_inline = encode_versions(created)
+    pb.last_updated_at_version_inline = encode_versions(np.full(rows, version, dtype=np.uint64))
+    return next_row_id + int(fresh.size)
+
+
+def created_versions(store: ObjectStore, fragment: table_pb2.DataFragment) -> np.ndarray:
+    """Created-at version of each physical row (1 where the fragment records none)."""
+    data = sequence_bytes(store, fragment, CREATED_AT_FIELDS)
+    if data is None:
+        return np.ones(fragment.physical_rows, dtype=np.uint64)
+    return decode_versions(data, fragment.physical_rows, f"fragment {fragment.id} created-at versions")

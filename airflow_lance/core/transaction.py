@@ -20,7 +20,7 @@ from google.protobuf.message import DecodeError
 
 from airflow_lance.core import layout
 from airflow_lance.core._proto import table_pb2, transaction_pb2
-from airflow_lance.core.errors import CorruptFileError, InvalidInputError
+from airflow_lance.core.errors import CorruptFileError, InvalidInputError, UnsupportedFeatureError
 from airflow_lance.core.fragment import FragmentMetadata
 from airflow_lance.core.schema import LanceSchema
 from airflow_lance.core.storage import ObjectStore
@@ -117,14 +117,27 @@ class LanceOperation:
         updated_fragments: Sequence[FragmentMetadata] = ()
         new_fragments: Sequence[FragmentMetadata] = ()
         fields_modified: Sequence[int] = ()
-        update_mode: str = "rewrite_rows"
+        #: pylance's field: the updated fields (indices on other fields may cover the new fragments).
+        fields_for_preserving_frag_bitmap: Sequence[int] = ()
+        update_mode: str = "rewrite_rows"  # or "rewrite_columns" ("" is pylance's default: rewrite_rows)
+        #: pylance's field for ``rewrite_columns`` updates over stable row ids (not supported here).
+        updated_fragment_offsets: Mapping[int, bytes] | None = None
         name: ClassVar[str] = "update"
 
+        def __post_init__(self) -> None:
+            if self.update_mode not in ("", "rewrite_rows", "rewrite_columns"):
+                raise InvalidInputError(
+                    f"update_mode must be 'rewrite_rows' or 'rewrite_columns', not {self.update_mode!r}")
+
         def write_pb(self, txn: transaction_pb2.Transaction) -> None:
+            if self.updated_fragment_offsets:
+                raise UnsupportedFeatureError("LanceOperation.Update(updated_fragment_offsets=...) is not supported")
+            txn.update.SetInParent()
             txn.update.removed_fragment_ids.extend(self.removed_fragment_ids)
             txn.update.updated_fragments.extend(f.to_pb() for f in self.updated_fragments)
             txn.update.new_fragments.extend(f.to_pb() for f in self.new_fragments)
             txn.update.fields_modified.extend(self.fields_modified)
+            txn.update.fields_for_preserving_frag_bitmap.extend(self.fields_for_preserving_frag_bitmap)
             txn.update.update_mode = (
                 transaction_pb2.Transaction.REWRITE_COLUMNS
                 if self.update_mode == "rewrite_columns"
@@ -332,11 +345,14 @@ _DECODERS: dict[str, Callable[[transaction_pb2.Transaction], LanceOperation.Base
         _frags(t.delete.updated_fragments), list(t.delete.deleted_fragment_ids), t.delete.predicate
     ),
     "update": lambda t: LanceOperation.Update(
-        list(t.update.removed_fragment_ids),
-        _frags(t.update.updated_fragments),
-        _frags(t.update.new_fragments),
-        list(t.update.fields_modified),
-        "rewrite_columns" if t.update.update_mode == transaction_pb2.Transaction.REWRITE_COLUMNS else "rewrite_rows",
+        removed_fragment_ids=list(t.update.removed_fragment_ids),
+        updated_fragments=_frags(t.update.updated_fragments),
+        new_fragments=_frags(t.update.new_fragments),
+        fields_modified=list(t.update.fields_modified),
+        fields_for_preserving_frag_bitmap=list(t.update.fields_for_preserving_frag_bitmap),
+        update_mode=(
+            "rewrite_columns" if t.update.update_mode == transaction_pb2.Transaction.REWRITE_COLUMNS else "rewrite_rows"
+        ),
     ),
     "rewrite": lambda t: _rewrite_from_pb(t.rewrite),
     "merge": lambda t: LanceOperation.Merge(

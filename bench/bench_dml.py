@@ -1,0 +1,69 @@
+"""update of 10% of the rows and merge_insert of 10% changed + 5% new rows, ours vs pylance.
+
+Both run on identical copies of the anchor table (written by pylance); times are medians of
+``--repeat`` runs, each on a fresh copy. Usage: ``python bench/bench_dml.py --rows 2000000 [--wide]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import lance as pylance
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+import airflow_lance.core as ours
+from bench.anchor_data import anchor_table
+
+
+def _source(table: pa.Table) -> pa.Table:
+    rows = table.num_rows
+    rng = np.random.default_rng(7)
+    changed = table.take(pa.array(rng.choice(rows, rows // 10, replace=False)))
+    changed = changed.set_column(changed.schema.get_field_index("score"), "score",
+                                 pc.add(changed["score"], 1.0))
+    new = table.slice(0, rows // 20)
+    new = new.set_column(0, "id", pc.add(new["id"], rows))
+    return pa.concat_tables([changed, new])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=2_000_000)
+    parser.add_argument("--wide", action="store_true")
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    table = anchor_table(args.rows, args.wide)
+    source = _source(table)
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp) / "base.lance"
+        pylance.write_dataset(table, base)
+        work = {
+            "update 10%": lambda lib, uri: lib.dataset(uri).update({"score": "score + 1", "category": "'x'"},
+                                                                   where="id % 10 = 3"),
+            "merge_insert 10%+5%": lambda lib, uri: lib.dataset(uri).merge_insert("id").when_matched_update_all()
+            .when_not_matched_insert_all().execute(source),
+        }
+        for name, run in work.items():
+            times: dict[str, list[float]] = {"pylance": [], "ours": []}
+            for _ in range(args.repeat):
+                for label, lib in (("pylance", pylance), ("ours", ours)):
+                    uri = Path(tmp) / label
+                    shutil.rmtree(uri, ignore_errors=True)
+                    shutil.copytree(base, uri)
+                    start = time.perf_counter()
+                    result = run(lib, str(uri))
+                    times[label].append(time.perf_counter() - start)
+            theirs, mine = statistics.median(times["pylance"]), statistics.median(times["ours"])
+            print(f"{name:22s} rows={args.rows} wide={args.wide} pylance={theirs:.2f}s ours={mine:.2f}s "
+                  f"ratio={mine / theirs:.2f} {result}")
+
+
+if __name__ == "__main__":
+    main()
