@@ -14,7 +14,9 @@ from airflow_lance.core.errors import (
     DatasetNotFoundError,
     IncompatibleTransactionError,
     InvalidInputError,
+    InvalidTransformError,
     LanceError,
+    SchemaEvolutionError,
     SchemaMismatchError,
     StorageError,
     StoragePermissionError,
@@ -23,6 +25,7 @@ from airflow_lance.core.errors import (
     UnsupportedFeatureError,
     VersionNotFoundError,
 )
+from airflow_lance.core.evolution import BatchUDF, BatchUDFCheckpoint, batch_udf
 from airflow_lance.core.fragment import DataFile, DeletionFile, FragmentMetadata
 from airflow_lance.core.history import DEFAULT_IDEMPOTENCY_LOOKBACK, LandedSearch, find_landed_version
 from airflow_lance.core.kartothek import (
@@ -54,6 +57,8 @@ from airflow_lance.core.transaction import IDEMPOTENCY_KEY, LanceOperation, Tran
 from airflow_lance.core.write import write_fragments
 
 __all__ = [
+    "BatchUDF",
+    "BatchUDFCheckpoint",
     "CleanupStats",
     "CommitConflictError",
     "CommitStateUnknownError",
@@ -73,6 +78,7 @@ __all__ = [
     "IDEMPOTENCY_KEY",
     "IncompatibleTransactionError",
     "InvalidInputError",
+    "InvalidTransformError",
     "KartothekError",
     "KartothekImportPlan",
     "KartothekImportResult",
@@ -84,6 +90,7 @@ __all__ = [
     "LanceSchema",
     "PartitionsWritten",
     "RewriteResult",
+    "SchemaEvolutionError",
     "SchemaMismatchError",
     "StorageError",
     "StoragePermissionError",
@@ -94,6 +101,7 @@ __all__ = [
     "Transaction",
     "UnsupportedFeatureError",
     "VersionNotFoundError",
+    "batch_udf",
     "cleanup_old_versions",
     "commit_kartothek_import",
     "compact_files",

@@ -52,6 +52,8 @@ def _config_keys(txn: Transaction) -> set[str]:
 def _append(mine: Transaction, theirs: Transaction) -> Outcome:
     if theirs.kind in ("overwrite", "restore", "update_mem_wal_state"):
         return INCOMPATIBLE
+    if isinstance(theirs.operation, LanceOperation.Merge) and not theirs.operation.preserves_nullability:
+        return RETRY  # pylance 14: our fragments could lack a non-nullable column it added
     return OK
 
 
@@ -144,6 +146,18 @@ def _update_config(mine: Transaction, theirs: Transaction) -> Outcome:
     return OK
 
 
+def _data_replacement(mine: Transaction, theirs: Transaction) -> Outcome:
+    kind = theirs.kind
+    if kind in ("append", "create_index", "reserve_fragments", "update_config", "project"):
+        return OK
+    if kind in ("overwrite", "restore"):
+        return INCOMPATIBLE
+    if kind in ("delete", "update", "rewrite", "data_replacement"):
+        touched = theirs.operation.touched_fragment_ids() | _raw_ids(theirs)
+        return RETRY if touched & mine.operation.touched_fragment_ids() else OK
+    return RETRY  # merge, unknown
+
+
 _RULES: dict[type, Callable[[Transaction, Transaction], Outcome]] = {
     LanceOperation.Append: _append,
     LanceOperation.Delete: _delete_or_update,
@@ -152,6 +166,7 @@ _RULES: dict[type, Callable[[Transaction, Transaction], Outcome]] = {
     LanceOperation.Rewrite: _rewrite,
     LanceOperation.Merge: _merge,
     LanceOperation.Project: _project,
+    LanceOperation.DataReplacement: _data_replacement,
     LanceOperation.Restore: _restore,
     LanceOperation.ReserveFragments: _reserve,
     LanceOperation.UpdateConfig: _update_config,
