@@ -323,8 +323,18 @@ def _apply_merge(op: LanceOperation.Merge, base: ManifestFile | None, ctx: Apply
     # Merge carries the complete fragment list; fragments with id 0 are new, unless the
     # dataset has a fragment 0 (then it is that one, as in every Merge pylance writes).
     existing = {f.id for f in base.manifest.fragments}
+    row_ids = {f.id: f for f in base.manifest.fragments if f.WhichOneof("row_id_sequence")}
     del manifest.fragments[:]
-    manifest.fragments.extend(f.to_pb() for f in op.fragments if f.id != 0 or 0 in existing)
+    for fragment in op.fragments:
+        if fragment.id != 0 or 0 in existing:
+            pb = fragment.to_pb()
+            if pb.WhichOneof("row_id_sequence") is None and pb.id in row_ids:  # fragments from JSON lack them
+                source = row_ids[pb.id]
+                if source.WhichOneof("row_id_sequence") == "inline_row_ids":
+                    pb.inline_row_ids = source.inline_row_ids
+                else:
+                    pb.external_row_ids.CopyFrom(source.external_row_ids)
+            manifest.fragments.append(pb)
     manifest.fragments.extend(
         _new_fragments([f for f in op.fragments if f.id == 0 and 0 not in existing], base.manifest, manifest))
     _finish(manifest, base.manifest, ctx)
@@ -370,8 +380,13 @@ def _apply_project(op: LanceOperation.Project, base: ManifestFile | None, ctx: A
         raise SchemaMismatchError(f"project refers to unknown field ids {sorted(unknown)}")
     del manifest.fields[:]
     manifest.fields.extend(op.schema.fields)
-    _finish(manifest, base.manifest, ctx)
     kept = set(op.schema.field_ids())
+    for fragment in manifest.fragments:  # as pylance 14: files holding no field of the schema leave
+        files = [f for f in fragment.files if kept & set(f.fields)]
+        if files and len(files) != len(fragment.files):
+            del fragment.files[:]
+            fragment.files.extend(files)
+    _finish(manifest, base.manifest, ctx)
     section = base.index_section
     if section:
         parsed = table_pb2.IndexSection()

@@ -147,15 +147,27 @@ def _update_config(mine: Transaction, theirs: Transaction) -> Outcome:
 
 
 def _data_replacement(mine: Transaction, theirs: Transaction) -> Outcome:
+    """Lance's rule: only a rewrite of our fragments, a replacement of the same fields of the
+    same fragment (or an index, which may cover our fields) makes us retry."""
     kind = theirs.kind
-    if kind in ("append", "create_index", "reserve_fragments", "update_config", "project"):
-        return OK
-    if kind in ("overwrite", "restore"):
+    if kind in ("overwrite", "restore", "update_mem_wal_state"):
         return INCOMPATIBLE
-    if kind in ("delete", "update", "rewrite", "data_replacement"):
-        touched = theirs.operation.touched_fragment_ids() | _raw_ids(theirs)
-        return RETRY if touched & mine.operation.touched_fragment_ids() else OK
-    return RETRY  # merge, unknown
+    if kind == "rewrite":
+        return RETRY if _overlap(mine, theirs) else OK
+    if kind == "data_replacement":
+        op, other = mine.operation, theirs.operation
+        assert isinstance(op, LanceOperation.DataReplacement)
+        if not isinstance(other, LanceOperation.DataReplacement):
+            return RETRY
+        for group in op.replacements:
+            for their in other.replacements:
+                if group.fragment_id == their.fragment_id and set(group.new_file.fields) & set(their.new_file.fields):
+                    return RETRY
+        return OK
+    if kind == "create_index":
+        return RETRY
+    return OK if kind in ("append", "delete", "update", "merge", "update_config", "reserve_fragments", "project",
+                          "clone", "update_bases") else RETRY
 
 
 _RULES: dict[type, Callable[[Transaction, Transaction], Outcome]] = {

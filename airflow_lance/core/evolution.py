@@ -181,11 +181,13 @@ def new_columns_schema(existing: LanceSchema, new: pa.Schema, first_id: int) -> 
         raise
     except Exception as exc:  # duplicate names, '.' in a name
         raise SchemaEvolutionError(str(exc)) from exc
-    return LanceSchema(_shifted(fields, first_id))
+    return LanceSchema(_shifted(fields, first_id), LanceSchema.from_arrow(pa.schema([], metadata=new.metadata)).metadata)
 
 
 def _combined(existing: LanceSchema, added: LanceSchema) -> LanceSchema:
-    return LanceSchema.from_fields(list(existing.fields) + list(added.fields), existing.metadata)
+    """The schema with the new fields; the new columns' schema metadata joins the dataset's, as
+    pylance's (a pandas UDF's ``pandas`` key included)."""
+    return LanceSchema.from_fields(list(existing.fields) + list(added.fields), {**existing.metadata, **added.metadata})
 
 
 # -- computing new columns per fragment ------------------------------------------------------------
@@ -521,8 +523,9 @@ def plan_alter_columns(dataset: LanceDataset, alterations: Sequence[Mapping[str,
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise SchemaEvolutionError(f"Duplicate field name(s) {dupes} in the schema")
+    tightened = any(a.get("nullable") is False for a in alterations)
     if not casts:
-        return LanceOperation.Project(LanceSchema.from_fields(renamed.fields, schema.metadata), True)
+        return LanceOperation.Project(LanceSchema.from_fields(renamed.fields, schema.metadata), not tightened)
     return _plan_casts(dataset, renamed, casts)
 
 
@@ -544,6 +547,7 @@ def _check_no_nulls(dataset: LanceDataset, field: file_pb2.Field) -> None:
 def _plan_casts(dataset: LanceDataset, renamed: LanceSchema,
                 casts: list[tuple[file_pb2.Field, pa.DataType]]) -> LanceOperation.Merge:
     next_id = next_field_id(dataset._manifest)
+    _given = list(casts)
     replaced: dict[int, list[file_pb2.Field]] = {}
     new_arrow = []
     for source, data_type in casts:
@@ -553,6 +557,9 @@ def _plan_casts(dataset: LanceDataset, renamed: LanceSchema,
         next_id += len(new)
         replaced[source.id] = new
         new_arrow.append(arrow_field)
+    order = {f.id: i for i, f in enumerate(renamed.fields)}
+    casts = sorted(casts, key=lambda c: order[c[0].id])  # ids in the order given, files in schema order
+    new_arrow = [renamed_arrow for _, renamed_arrow in sorted(zip([order[s.id] for s, _ in _given], new_arrow))]
     fields: list[file_pb2.Field] = []
     for f in renamed.fields:
         if f.parent_id == -1 and f.id in replaced:
@@ -603,7 +610,7 @@ def _as_table(data: Any) -> pa.Table:
 def plan_merge(dataset: LanceDataset, data: Any, left_on: str, right_on: str | None = None,
                schema: pa.Schema | None = None) -> LanceOperation.Merge:
     """Add the columns of ``data`` by joining ``data[right_on]`` to ``left_on``; rows without a
-    match get nulls. Keys of ``data`` must be unique."""
+    match get nulls, and of rows of ``data`` with the same key the last one counts (as in pylance)."""
     table = _as_table(data)
     if schema is not None:
         table = table.cast(schema)
@@ -623,9 +630,8 @@ def plan_merge(dataset: LanceDataset, data: Any, left_on: str, right_on: str | N
     left_type, right_type = existing.arrow_field(left.id).type, table.schema.field(right_on).type
     if left_type != right_type:
         raise SchemaEvolutionError(f"Index column type mismatch: expected {left_type}, got {right_type}")
+    table = table.take(pa.array(np.arange(table.num_rows - 1, -1, -1)))  # a repeated key: the last row wins
     keys = table.column(right_on)
-    if pc.count_distinct(keys, mode="all").as_py() != len(keys):
-        raise SchemaEvolutionError(f"the merge keys in column {right_on!r} of data are not unique")
     values = table.select(new_names)
     added = new_columns_schema(existing, values.schema, next_field_id(dataset._manifest))
 
