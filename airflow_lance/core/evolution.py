@@ -37,7 +37,8 @@ from airflow_lance.core.errors import (
     SchemaEvolutionError,
     UnsupportedFeatureError,
 )
-from airflow_lance.core.fragment import DataFile, FragmentMetadata
+from airflow_lance.core.fragment import FragmentMetadata
+from airflow_lance.core.manifest import LEGACY_STORAGE_VERSION
 from airflow_lance.core.rowids import ROW_ID_FIELDS, decode_row_ids, sequence_bytes
 from airflow_lance.core.scan import read_fragment
 from airflow_lance.core.schema import LanceSchema
@@ -313,6 +314,17 @@ def _with_row_columns(dataset: LanceDataset, fragment: FragmentMetadata, live: p
     return live
 
 
+def _check_legacy_nulls(table: pa.Table) -> None:
+    """pylance's refusal: legacy files store no nulls of primitive and list columns."""
+    for field, column in zip(table.schema, table.columns):
+        t = field.type
+        if column.null_count and not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
+                                      or pa.types.is_large_binary(t) or pa.types.is_struct(t)):
+            raise SchemaEvolutionError(
+                f"Column {field.name!r} has null values of type: {t}, but storing nulls for this data type is not "
+                "supported by the dataset's current Lance file format version: V1")
+
+
 def compute_fragment_columns(
     dataset: LanceDataset, fragment: FragmentMetadata, compute: _Compute, new_fields: LanceSchema,
     batch_size: int | None,
@@ -351,6 +363,8 @@ def compute_fragment_columns(
     if result.num_rows != int(mask.sum()):
         raise SchemaEvolutionError(f"new columns have {result.num_rows} rows, fragment {fragment.id} has "
                                    f"{int(mask.sum())}")
+    if dataset.data_storage_version == LEGACY_STORAGE_VERSION:
+        _check_legacy_nulls(result)
     if fragment.deletion_file is not None:  # deleted rows are stored as nulls
         positions = np.cumsum(mask) - 1
         result = result.take(pa.array(positions, mask=~mask))
@@ -366,6 +380,34 @@ def compute_fragment_columns(
 
         compute.cache.insert_fragment(fragment.id, json.dumps(new.to_json()))
     return new
+
+
+def compute_all_fragments(dataset: LanceDataset, fragments: Sequence[FragmentMetadata], compute: _Compute,
+                          new_fields: LanceSchema, batch_size: int | None) -> list[FragmentMetadata]:
+    """``compute_fragment_columns`` for every fragment; if one fails, the files already written
+    are removed (unless a UDF checkpoint keeps them for the next attempt)."""
+    done: list[FragmentMetadata] = []
+    try:
+        for fragment in fragments:
+            done.append(compute_fragment_columns(dataset, fragment, compute, new_fields, batch_size))
+    except BaseException:
+        if compute.cache is None:
+            remove_new_files(dataset, fragments, done)
+        raise
+    return done
+
+
+def remove_new_files(dataset: LanceDataset, before: Sequence[FragmentMetadata],
+                     after: Sequence[FragmentMetadata]) -> None:
+    """Delete the data files of ``after`` that ``before`` does not have (a plan that is not committed)."""
+    from airflow_lance.core import layout
+
+    old = {d.path for f in before for d in f.files}
+    for fragment in after:
+        for data_file in fragment.files:
+            if data_file.path not in old:
+                with contextlib.suppress(FileNotFoundError, OSError):
+                    dataset.store.delete(layout.data_file_path(data_file.path))
 
 
 # -- add_columns -----------------------------------------------------------------------------------
@@ -406,6 +448,8 @@ def plan_add_columns(dataset: LanceDataset, transforms: Any, read_columns: Seque
     schema = dataset.lance_schema
     first_id = next_field_id(dataset._manifest)
     nulls = _all_null_schema(transforms)
+    if nulls is not None and dataset.data_storage_version == LEGACY_STORAGE_VERSION:
+        raise SchemaEvolutionError("Cannot add all-null columns to legacy dataset version.")
     if nulls is not None:
         added = new_columns_schema(schema, nulls, first_id)
         return LanceOperation.Merge(list(dataset._fragments), _combined(schema, added), True), None
@@ -413,7 +457,7 @@ def plan_add_columns(dataset: LanceDataset, transforms: Any, read_columns: Seque
     if not len(compute.output):
         raise SchemaEvolutionError("the transform produces no columns")
     added = new_columns_schema(schema, compute.output, first_id)
-    fragments = [compute_fragment_columns(dataset, f, compute, added, batch_size) for f in dataset._fragments]
+    fragments = compute_all_fragments(dataset, dataset._fragments, compute, added, batch_size)
     return LanceOperation.Merge(fragments, _combined(schema, added), True), compute.cache
 
 
@@ -558,8 +602,10 @@ def _plan_casts(dataset: LanceDataset, renamed: LanceSchema,
         replaced[source.id] = new
         new_arrow.append(arrow_field)
     order = {f.id: i for i, f in enumerate(renamed.fields)}
-    casts = sorted(casts, key=lambda c: order[c[0].id])  # ids in the order given, files in schema order
-    new_arrow = [renamed_arrow for _, renamed_arrow in sorted(zip([order[s.id] for s, _ in _given], new_arrow))]
+    if dataset.data_storage_version != LEGACY_STORAGE_VERSION:  # legacy files list fields by id, as pylance's
+        # ids in the order given, the columns of the file in schema order
+        casts = sorted(casts, key=lambda c: order[c[0].id])
+        new_arrow = [field for _, field in sorted(zip([order[s.id] for s, _ in _given], new_arrow))]
     fields: list[file_pb2.Field] = []
     for f in renamed.fields:
         if f.parent_id == -1 and f.id in replaced:
@@ -580,11 +626,8 @@ def _plan_casts(dataset: LanceDataset, renamed: LanceSchema,
 
     compute = _Compute(names, False, False, output, fn)
     keep = set(new_schema.field_ids())
-    fragments = []
-    for fragment in dataset._fragments:
-        new = compute_fragment_columns(dataset, fragment, compute, cast_fields, None)
-        files = tuple(d for d in new.files if any(i in keep for i in d.fields))
-        fragments.append(dataclasses.replace(new, files=files))
+    fragments = [dataclasses.replace(new, files=tuple(d for d in new.files if keep & set(d.fields)))
+                 for new in compute_all_fragments(dataset, dataset._fragments, compute, cast_fields, None)]
     return LanceOperation.Merge(fragments, new_schema, True)
 
 
@@ -639,7 +682,7 @@ def plan_merge(dataset: LanceDataset, data: Any, left_on: str, right_on: str | N
         return _one_batch(values.take(pc.index_in(batch.column(0), value_set=keys)), values.schema)
 
     compute = _Compute([left.name], False, False, values.schema, fn)
-    fragments = [compute_fragment_columns(dataset, f, compute, added, None) for f in dataset._fragments]
+    fragments = compute_all_fragments(dataset, dataset._fragments, compute, added, None)
     return LanceOperation.Merge(fragments, _combined(existing, added), True)
 
 

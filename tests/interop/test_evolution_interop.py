@@ -15,7 +15,7 @@ import pytest
 import airflow_lance.core as ours
 from airflow_lance.core.evolution import next_field_id
 
-VERSIONS = ["2.0", "2.2"]
+VERSIONS = ["legacy", "2.0", "2.1", "2.2"]
 
 
 def _table(n: int = 10) -> pa.Table:
@@ -73,11 +73,25 @@ def _same(theirs: str, ours_uri: str) -> None:
         assert ours.dataset(uri).schema.equals(t["schema"], check_metadata=True)
 
 
+def _listing(uri: str) -> list[str]:
+    return sorted(os.path.relpath(os.path.join(d, f), uri) for d, _, fs in os.walk(uri) for f in fs)
+
+
 def _both(twins, op) -> None:
+    """``op`` on pylance's copy and on ours: the same result, or both refuse (ours with a typed
+    error that is also what pylance raised, and nothing written)."""
     theirs, mine = twins
-    op(pylance.dataset(theirs), pylance)
     handle = ours.dataset(mine)
     before = handle.version
+    try:
+        op(pylance.dataset(theirs), pylance)
+    except Exception as their_error:
+        listing = _listing(mine)
+        with pytest.raises(ours.SchemaEvolutionError) as our_error:
+            op(handle, ours)
+        assert isinstance(our_error.value, type(their_error)), (our_error.value, their_error)
+        assert _listing(mine) == listing and handle.version == before
+        return
     op(handle, ours)
     assert handle.version == before + 1  # the handle moved to its own commit
     _same(theirs, mine)
@@ -100,7 +114,7 @@ def test_add_columns_sql(twins, transforms):
 def test_add_all_null_columns_is_metadata_only(twins, fields):
     theirs, mine = twins
     files_before = sorted(os.listdir(os.path.join(mine, "data")))
-    _both(twins, lambda ds, lib: ds.add_columns(fields))
+    _both(twins, lambda ds, lib: ds.add_columns(fields))  # legacy datasets: both refuse
     assert sorted(os.listdir(os.path.join(mine, "data"))) == files_before
 
 
@@ -280,10 +294,6 @@ def test_data_replacement_backfills_and_replaces(tmp_path):
 
 
 # -- bad input: a typed error, as pylance's builtin, and nothing written -----------------------------------------
-
-
-def _listing(uri: str) -> list[str]:
-    return sorted(os.path.relpath(os.path.join(d, f), uri) for d, _, fs in os.walk(uri) for f in fs)
 
 
 BAD = [
