@@ -182,7 +182,8 @@ def new_columns_schema(existing: LanceSchema, new: pa.Schema, first_id: int) -> 
         raise
     except Exception as exc:  # duplicate names, '.' in a name
         raise SchemaEvolutionError(str(exc)) from exc
-    return LanceSchema(_shifted(fields, first_id), LanceSchema.from_arrow(pa.schema([], metadata=new.metadata)).metadata)
+    metadata = LanceSchema.from_arrow(pa.schema([], metadata=new.metadata)).metadata
+    return LanceSchema(_shifted(fields, first_id), metadata)
 
 
 def _combined(existing: LanceSchema, added: LanceSchema) -> LanceSchema:
@@ -690,9 +691,10 @@ def plan_merge(dataset: LanceDataset, data: Any, left_on: str, right_on: str | N
 
 
 def commit_evolution(dataset: LanceDataset, plan: Callable[[LanceDataset], LanceOperation.BaseOperation],
-                     conflict_retries: int = 10) -> LanceDataset:
+                     conflict_retries: int = 10, keep_files: bool = False) -> LanceDataset:
     """Plan on ``dataset``, commit; on a retryable conflict re-plan on the latest version. Returns
-    the new version (the caller advances its handle)."""
+    the new version (the caller advances its handle). The files of a plan that does not commit
+    are removed, unless ``keep_files`` (a UDF checkpoint still refers to them)."""
     from airflow_lance.core.dataset import LanceDataset as _LanceDataset, _open_version
 
     current = dataset
@@ -700,9 +702,11 @@ def commit_evolution(dataset: LanceDataset, plan: Callable[[LanceDataset], Lance
         operation = plan(current)
         try:
             return _LanceDataset.commit(current, operation, current.version)
-        except IncompatibleTransactionError:
-            raise
-        except CommitConflictError:
+        except BaseException as error:
+            if isinstance(operation, LanceOperation.Merge) and not keep_files:
+                remove_new_files(current, current._fragments, operation.fragments)
+            if isinstance(error, IncompatibleTransactionError) or not isinstance(error, CommitConflictError):
+                raise
             if attempt == conflict_retries:
                 raise
             current = _open_version(dataset.store, None)
@@ -720,7 +724,7 @@ def add_columns(dataset: LanceDataset, transforms: Any, read_columns: Sequence[s
             caches.append(cache)
         return operation
 
-    new = commit_evolution(dataset, plan)
+    new = commit_evolution(dataset, plan, keep_files=isinstance(transforms, BatchUDF) and transforms.cache is not None)
     for cache in caches[:1]:
         cache.cleanup()
     return new

@@ -390,3 +390,14 @@ def test_drop_columns_commits_over_a_concurrent_delete(tmp_path):
     pylance.dataset(uri).delete("a = 1")
     stale.drop_columns(["b"])
     assert pylance.dataset(uri).to_table().to_pydict() == {"a": [0, 2, 3, 4, 5]}
+
+
+def test_files_of_a_plan_lost_to_a_conflict_are_removed(tmp_path):
+    uri = str(tmp_path / "c.lance")
+    ours.write_dataset(pa.table({"a": np.arange(6)}), uri, max_rows_per_file=3)
+    stale = ours.dataset(uri)
+    pylance.write_dataset(pa.table({"a": [100]}), uri, mode="append")
+    stale.add_columns({"b": "a + 1"})
+    referenced = {d.path for f in pylance.dataset(uri).get_fragments() for d in f.metadata.files}
+    # first attempt (2 files, planned on version 1) lost to the append: only the second's files remain
+    assert set(os.listdir(os.path.join(uri, "data"))) == referenced
