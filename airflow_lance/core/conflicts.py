@@ -52,7 +52,9 @@ def _config_keys(txn: Transaction) -> set[str]:
 def _append(mine: Transaction, theirs: Transaction) -> Outcome:
     if theirs.kind in ("overwrite", "restore", "update_mem_wal_state"):
         return INCOMPATIBLE
-    if isinstance(theirs.operation, LanceOperation.Merge) and not theirs.operation.preserves_nullability:
+    if isinstance(theirs.operation, (LanceOperation.Merge, LanceOperation.Project)) and not (
+        theirs.operation.preserves_nullability
+    ):
         return RETRY  # pylance 14: our fragments could lack a non-nullable column it added
     return OK
 
@@ -110,6 +112,10 @@ def _merge(mine: Transaction, theirs: Transaction) -> Outcome:
 
 def _project(mine: Transaction, theirs: Transaction) -> Outcome:
     kind = theirs.kind
+    op = mine.operation
+    assert isinstance(op, LanceOperation.Project)
+    if not op.preserves_nullability and kind in ("append", "update", "merge", "data_replacement"):
+        return RETRY  # pylance 14: a Project that may tighten nullability conflicts with concurrent writes
     if kind in ("append", "delete", "update", "create_index", "rewrite", "reserve_fragments", "update_config",
                 "data_replacement"):
         return OK

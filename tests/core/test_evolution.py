@@ -168,3 +168,12 @@ def test_data_replacement_that_matches_no_file_is_refused(uri):
     with pytest.raises(lance.InvalidInputError):
         lance.LanceDataset.commit(uri, bad, read_version=ds.version)
     assert lance.dataset(uri).version == 1
+
+
+@pytest.mark.parametrize(("preserves", "outcome"), [(True, conflicts.OK), (False, conflicts.RETRY)])
+def test_project_and_append_both_ways(preserves, outcome):
+    project = _txn(LanceOperation.Project(SCHEMA, preserves))
+    append = _txn(LanceOperation.Append([]))
+    assert conflicts.check(project, append) is outcome
+    assert conflicts.check(append, project) is outcome
+    assert conflicts.check(project, _txn(LanceOperation.Delete([], [1], "a = 1"))) is conflicts.OK
