@@ -39,7 +39,7 @@ from airflow_lance.core.errors import (
 )
 from airflow_lance.core.fragment import FragmentMetadata
 from airflow_lance.core.manifest import LEGACY_STORAGE_VERSION
-from airflow_lance.core.rowids import ROW_ID_FIELDS, decode_row_ids, sequence_bytes
+from airflow_lance.core.rowids import ROW_ID_FIELDS, decode_row_ids, encode_versions, sequence_bytes
 from airflow_lance.core.scan import read_fragment
 from airflow_lance.core.schema import LanceSchema
 from airflow_lance.core.transaction import LanceOperation
@@ -395,7 +395,16 @@ def compute_all_fragments(dataset: LanceDataset, fragments: Sequence[FragmentMet
         if compute.cache is None:
             remove_new_files(dataset, fragments, done)
         raise
+    if dataset._manifest.reader_feature_flags & feature_flags.STABLE_ROW_IDS:
+        done = [_updated_at(fragment, dataset.version + 1) for fragment in done]
     return done
+
+
+def _updated_at(fragment: FragmentMetadata, version: int) -> FragmentMetadata:
+    """Every row of the fragment was last updated at ``version`` (pylance 14 records a data write so)."""
+    pb = fragment.to_pb()
+    pb.last_updated_at_version_inline = encode_versions(np.full(fragment.physical_rows, version, dtype=np.uint64))
+    return FragmentMetadata.from_pb(pb)
 
 
 def remove_new_files(dataset: LanceDataset, before: Sequence[FragmentMetadata],

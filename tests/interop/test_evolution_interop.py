@@ -60,7 +60,13 @@ def _snapshot(uri: str) -> dict:
         "operation": type(txn.operation).__name__,
         "preserves_nullability": getattr(txn.operation, "preserves_nullability", None),
         "row_ids": p.to_table(columns=["a"], with_row_id=True).column("_rowid").to_pylist(),
+        "row_versions": _row_versions(p),
     }
+
+
+def _row_versions(p) -> dict:
+    """Created-at / last-updated-at versions of each row, as pylance reads them."""
+    return p.to_table(columns=["_row_created_at_version", "_row_last_updated_at_version"]).to_pydict()
 
 
 def _same(theirs: str, ours_uri: str) -> None:
