@@ -407,3 +407,21 @@ def test_files_of_a_plan_lost_to_a_conflict_are_removed(tmp_path):
     referenced = {d.path for f in pylance.dataset(uri).get_fragments() for d in f.metadata.files}
     # first attempt (2 files, planned on version 1) lost to the append: only the second's files remain
     assert set(os.listdir(os.path.join(uri, "data"))) == referenced
+
+
+@pytest.mark.parametrize("compactor", ["ours", "pylance"])
+def test_compaction_after_evolution(twins, compactor):
+    """Fragments with several data files (added, cast, merged columns; a dropped column's file)
+    compact to the same rows, whoever compacts."""
+    _theirs, mine = twins
+    ds = ours.dataset(mine)
+    ds.add_columns({"c": "a * 2"})
+    ds.alter_columns({"path": "c", "data_type": pa.int32()})
+    ds.merge(pa.table({"a": [0, 5, 9], "m": ["x", "y", "z"]}), "a")
+    ds.drop_columns(["b"])
+    expected = pylance.dataset(mine).to_table()
+    (ours.dataset(mine) if compactor == "ours" else pylance.dataset(mine)).optimize.compact_files(
+        target_rows_per_fragment=1000)
+    assert len(pylance.dataset(mine).get_fragments()) == 1
+    assert pylance.dataset(mine).to_table().equals(expected)
+    assert ours.dataset(mine).to_table().equals(expected)
