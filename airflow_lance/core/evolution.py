@@ -205,6 +205,8 @@ class _Compute:
     output: pa.Schema
     fn: Callable[[pa.RecordBatch], pa.RecordBatch]
     cache: BatchUDFCheckpoint | None = None
+    #: Vectorised transforms (SQL, casts, joins) see no batches: one call per fragment.
+    whole_fragment: bool = False
 
 
 def _split_read_columns(read_columns: Sequence[str] | None, schema: LanceSchema) -> tuple[list[str] | None, bool, bool]:
@@ -249,7 +251,7 @@ def _sql_compute(transforms: Mapping[Any, Any], schema: LanceSchema) -> _Compute
         except pa.ArrowException as exc:
             raise SchemaEvolutionError(f"cannot evaluate the new columns: {exc}") from exc
 
-    return _Compute(read, False, False, output, fn)
+    return _Compute(read, False, False, output, fn, whole_fragment=True)
 
 
 def _udf_compute(udf: Any, dataset: LanceDataset, read_columns: Sequence[str] | None,
@@ -341,6 +343,8 @@ def compute_fragment_columns(
     size = batch_size or DEFAULT_BATCH_SIZE
     if size <= 0:
         raise SchemaEvolutionError("batch_size must be positive")
+    if compute.whole_fragment:
+        size = max(fragment.physical_rows, 1)
     mask = _live_mask(store, fragment)
     table = read_fragment(store, fragment, dataset.lance_schema.project(compute.read), with_deletions=False)
     live = table.filter(pa.array(mask)) if fragment.deletion_file is not None else table
@@ -634,7 +638,7 @@ def _plan_casts(dataset: LanceDataset, renamed: LanceSchema,
         except pa.ArrowException as exc:
             raise SchemaEvolutionError(f"cannot cast: {exc}") from exc
 
-    compute = _Compute(names, False, False, output, fn)
+    compute = _Compute(names, False, False, output, fn, whole_fragment=True)
     keep = set(new_schema.field_ids())
     fragments = [dataclasses.replace(new, files=tuple(d for d in new.files if keep & set(d.fields)))
                  for new in compute_all_fragments(dataset, dataset._fragments, compute, cast_fields, None)]
@@ -691,7 +695,7 @@ def plan_merge(dataset: LanceDataset, data: Any, left_on: str, right_on: str | N
     def fn(batch: pa.RecordBatch) -> pa.RecordBatch:
         return _one_batch(values.take(pc.index_in(batch.column(0), value_set=keys)), values.schema)
 
-    compute = _Compute([left.name], False, False, values.schema, fn)
+    compute = _Compute([left.name], False, False, values.schema, fn, whole_fragment=True)
     fragments = compute_all_fragments(dataset, dataset._fragments, compute, added, None)
     return LanceOperation.Merge(fragments, _combined(existing, added), True)
 
