@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 #: Rows handed to a UDF at a time (physical rows of a fragment; deleted ones are left out).
 DEFAULT_BATCH_SIZE = 8192
 ROW_ID, ROW_ADDRESS = "_rowid", "_rowaddr"
+_ROWS = "__airflow_lance_rows"
 
 
 # -- batch UDFs (pylance's lance.batch_udf) ------------------------------------------------------
@@ -254,6 +255,37 @@ def _sql_compute(transforms: Mapping[Any, Any], schema: LanceSchema) -> _Compute
     return _Compute(read, False, False, output, fn, whole_fragment=True)
 
 
+class _Values:
+    """Precomputed values (pylance's ``ReaderLike``), handed out in row order: each fragment
+    takes as many as it has live rows."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self.table, self.offset = table, 0
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        if self.offset + batch.num_rows > self.table.num_rows:
+            raise SchemaEvolutionError("Stream ended before producing values for all rows in dataset")
+        piece = self.table.slice(self.offset, batch.num_rows)
+        self.offset += batch.num_rows
+        return _one_batch(piece, self.table.schema)
+
+    def check_consumed(self) -> None:
+        if self.offset != self.table.num_rows:
+            raise SchemaEvolutionError("Stream produced more values than expected for dataset")
+
+
+def _values_compute(data: pa.RecordBatchReader | pa.Table | pa.RecordBatch, reader_schema: pa.Schema | None
+                    ) -> _Compute:
+    table = _as_table(data)
+    if reader_schema is not None:
+        try:
+            table = table.cast(reader_schema)
+        except (pa.ArrowException, ValueError) as exc:
+            raise SchemaEvolutionError(f"the values do not match reader_schema: {exc}") from exc
+    values = _Values(table)
+    return _Compute([], False, False, table.schema, values, whole_fragment=True)
+
+
 def _udf_compute(udf: Any, dataset: LanceDataset, read_columns: Sequence[str] | None,
                  fragments: Sequence[FragmentMetadata] | None = None) -> _Compute:
     schema = dataset.lance_schema
@@ -346,10 +378,15 @@ def compute_fragment_columns(
     if compute.whole_fragment:
         size = max(fragment.physical_rows, 1)
     mask = _live_mask(store, fragment)
-    table = read_fragment(store, fragment, dataset.lance_schema.project(compute.read), with_deletions=False)
+    if compute.read:
+        table = read_fragment(store, fragment, dataset.lance_schema.project(compute.read), with_deletions=False)
+    else:  # nothing to read (precomputed values, row ids only): a placeholder column keeps the row count
+        table = pa.table({_ROWS: pa.nulls(fragment.physical_rows)})
     live = table.filter(pa.array(mask)) if fragment.deletion_file is not None else table
     if compute.with_row_id or compute.with_row_address:
         live = _with_row_columns(dataset, fragment, live, compute.with_row_id, compute.with_row_address)
+        if not compute.read:
+            live = live.drop_columns([_ROWS])
     # physical batch i covers rows [i*size, (i+1)*size): its live rows are a slice of ``live``
     bounds = np.concatenate([[0], np.cumsum(mask)])[np.minimum(np.arange(0, fragment.physical_rows + size, size),
                                                                 fragment.physical_rows)]
@@ -445,9 +482,8 @@ def plan_compute(dataset: LanceDataset, transforms: Any, read_columns: Sequence[
                  reader_schema: pa.Schema | None, fragments: Sequence[FragmentMetadata] | None = None) -> _Compute:
     if isinstance(transforms, Mapping):
         return _sql_compute(transforms, dataset.lance_schema)
-    if isinstance(transforms, (pa.RecordBatchReader, pa.Table)) or reader_schema is not None:
-        raise UnsupportedFeatureError("add_columns from a reader of precomputed values is not supported; "
-                                      "use merge(data, left_on) or a UDF")
+    if isinstance(transforms, (pa.RecordBatchReader, pa.Table, pa.RecordBatch)):
+        return _values_compute(transforms, reader_schema)
     if isinstance(transforms, BatchUDF) or callable(transforms):
         return _udf_compute(transforms, dataset, read_columns, fragments)
     raise InvalidTransformError(
@@ -472,6 +508,12 @@ def plan_add_columns(dataset: LanceDataset, transforms: Any, read_columns: Seque
         raise SchemaEvolutionError("the transform produces no columns")
     added = new_columns_schema(schema, compute.output, first_id)
     fragments = compute_all_fragments(dataset, dataset._fragments, compute, added, batch_size)
+    if isinstance(compute.fn, _Values):
+        try:
+            compute.fn.check_consumed()
+        except SchemaEvolutionError:
+            remove_new_files(dataset, dataset._fragments, fragments)
+            raise
     return LanceOperation.Merge(fragments, _combined(schema, added), True), compute.cache
 
 
@@ -730,6 +772,8 @@ def add_columns(dataset: LanceDataset, transforms: Any, read_columns: Sequence[s
                 reader_schema: pa.Schema | None = None, batch_size: int | None = None) -> LanceDataset:
     """Compute and commit new columns; the checkpoint of a UDF is removed once committed."""
     caches: list[BatchUDFCheckpoint] = []
+    if isinstance(transforms, pa.RecordBatchReader):  # read once, for every attempt
+        transforms = transforms.read_all()
 
     def plan(current: LanceDataset) -> LanceOperation.BaseOperation:
         operation, cache = plan_add_columns(current, transforms, read_columns, reader_schema, batch_size)

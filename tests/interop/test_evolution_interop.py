@@ -425,3 +425,38 @@ def test_compaction_after_evolution(twins, compactor):
     assert len(pylance.dataset(mine).get_fragments()) == 1
     assert pylance.dataset(mine).to_table().equals(expected)
     assert ours.dataset(mine).to_table().equals(expected)
+
+
+@pytest.mark.parametrize("count", [8, 5, 11], ids=["exact", "too-few", "too-many"])
+def test_add_columns_from_a_reader_of_values(twins, count):
+    """One value per live row, in order (8 live rows); too few or too many: both refuse."""
+    values = pa.table({"r": pa.array(np.arange(count) * 10)})
+    _both(twins, lambda ds, lib: ds.add_columns(pa.RecordBatchReader.from_batches(values.schema,
+                                                                                  values.to_batches())))
+
+
+@pytest.mark.parametrize("compactor", ["ours", "pylance"])
+def test_add_columns_over_a_concurrent_compaction(tmp_path, compactor):
+    """A Merge cannot commit over a Rewrite (retryable): add_columns re-plans on the compacted
+    version, and nothing is lost."""
+    uri = str(tmp_path / "c.lance")
+    pylance.write_dataset(pa.table({"a": np.arange(12)}), uri, max_rows_per_file=3)
+    pylance.dataset(uri).delete("a = 4")
+    stale = ours.dataset(uri)
+    (ours.dataset(uri) if compactor == "ours" else pylance.dataset(uri)).optimize.compact_files(
+        target_rows_per_fragment=100)
+    stale.add_columns({"b": "a * 2"})
+    assert stale.version == pylance.dataset(uri).version and len(pylance.dataset(uri).get_fragments()) == 1
+    kinds = [stale.read_transaction(v).kind for v in range(3, stale.version + 1)]
+    assert "rewrite" in kinds and kinds[-1] == "merge"
+    expected = {"a": [i for i in range(12) if i != 4], "b": [2 * i for i in range(12) if i != 4]}
+    assert pylance.dataset(uri).to_table().to_pydict() == expected == ours.dataset(uri).to_table().to_pydict()
+
+
+def test_drop_columns_over_a_concurrent_add_columns_replans(tmp_path):
+    uri = str(tmp_path / "c.lance")
+    ours.write_dataset(pa.table({"a": np.arange(6), "b": np.arange(6)}), uri, max_rows_per_file=3)
+    stale = ours.dataset(uri)
+    pylance.dataset(uri).add_columns({"c": "a + b"})
+    stale.drop_columns(["b"])
+    assert pylance.dataset(uri).to_table().to_pydict() == {"a": list(range(6)), "c": [2 * i for i in range(6)]}
