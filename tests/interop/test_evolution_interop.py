@@ -460,3 +460,15 @@ def test_drop_columns_over_a_concurrent_add_columns_replans(tmp_path):
     pylance.dataset(uri).add_columns({"c": "a + b"})
     stale.drop_columns(["b"])
     assert pylance.dataset(uri).to_table().to_pydict() == {"a": list(range(6)), "c": [2 * i for i in range(6)]}
+
+
+def test_add_columns_udf_sees_row_ids_as_pylance(twins):
+    def udf(batch):
+        return pa.record_batch([batch.column("_rowid")], names=["rid"])
+
+    _both(twins, lambda ds, lib: ds.add_columns(udf, read_columns=["_rowid", "a"]))
+
+
+def test_all_null_schema_with_metadata(twins):
+    schema = pa.schema([pa.field("n", pa.int32(), metadata={"unit": "m"})], metadata={"origin": "test"})
+    _both(twins, lambda ds, lib: ds.add_columns(schema))
