@@ -33,6 +33,7 @@ from airflow_lance.core.deletion import deletion_path, keep_mask, read_deletion_
 from airflow_lance.core.errors import (
     CommitConflictError,
     IncompatibleTransactionError,
+    InvalidInputError,
     InvalidTransformError,
     SchemaEvolutionError,
     UnsupportedFeatureError,
@@ -179,9 +180,7 @@ def new_columns_schema(existing: LanceSchema, new: pa.Schema, first_id: int) -> 
         raise SchemaEvolutionError(f"column(s) {clash} already exist in the dataset")
     try:
         fields = LanceSchema.from_arrow(pa.schema(list(new))).fields
-    except UnsupportedFeatureError:
-        raise
-    except Exception as exc:  # duplicate names, '.' in a name
+    except InvalidInputError as exc:  # duplicate names, '.' in a name
         raise SchemaEvolutionError(str(exc)) from exc
     metadata = LanceSchema.from_arrow(pa.schema([], metadata=new.metadata)).metadata
     return LanceSchema(_shifted(fields, first_id), metadata)
@@ -190,7 +189,8 @@ def new_columns_schema(existing: LanceSchema, new: pa.Schema, first_id: int) -> 
 def _combined(existing: LanceSchema, added: LanceSchema) -> LanceSchema:
     """The schema with the new fields; the new columns' schema metadata joins the dataset's, as
     pylance's (a pandas UDF's ``pandas`` key included)."""
-    return LanceSchema.from_fields(list(existing.fields) + list(added.fields), {**existing.metadata, **added.metadata})
+    metadata = {**existing.metadata, **added.metadata}
+    return LanceSchema.from_fields(list(existing.fields) + list(added.fields), metadata)
 
 
 # -- computing new columns per fragment ------------------------------------------------------------
