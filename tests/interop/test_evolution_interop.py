@@ -472,3 +472,24 @@ def test_add_columns_udf_sees_row_ids_as_pylance(twins):
 def test_all_null_schema_with_metadata(twins):
     schema = pa.schema([pa.field("n", pa.int32(), metadata={"unit": "m"})], metadata={"origin": "test"})
     _both(twins, lambda ds, lib: ds.add_columns(schema))
+
+
+def test_writers_take_turns(twins):
+    """A chain of evolutions where ours and pylance alternate ends exactly as pylance's alone."""
+    steps = [
+        lambda ds: ds.add_columns({"c": "a * 2"}),
+        lambda ds: ds.drop_columns(["b"]),
+        lambda ds: ds.add_columns({"n": "f * 2"}),
+        lambda ds: ds.alter_columns({"path": "c", "data_type": pa.int32(), "name": "c32"}),
+        lambda ds: ds.merge(pa.table({"a": [0, 3, 7], "m": ["x", "y", "z"]}), "a"),  # string nulls: legacy too
+        lambda ds: ds.alter_columns({"path": "s.x", "name": "sx"}),
+    ]
+    theirs, mine = twins
+    for step in steps:
+        step(pylance.dataset(theirs))
+    try:
+        for i, step in enumerate(steps):
+            step(ours.dataset(mine) if i % 2 == 0 else pylance.dataset(mine))
+    except ours.SchemaEvolutionError:
+        pytest.fail("our step failed where pylance's succeeded")
+    _same(theirs, mine)
