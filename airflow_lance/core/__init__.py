@@ -16,7 +16,9 @@ from airflow_lance.core.errors import (
     IncompatibleTransactionError,
     InvalidInputError,
     InvalidTypeError,
+    InvalidTransformError,
     LanceError,
+    SchemaEvolutionError,
     SchemaMismatchError,
     StorageError,
     StoragePermissionError,
@@ -25,6 +27,7 @@ from airflow_lance.core.errors import (
     UnsupportedFeatureError,
     VersionNotFoundError,
 )
+from airflow_lance.core.evolution import BatchUDF, BatchUDFCheckpoint, batch_udf
 from airflow_lance.core.fragment import DataFile, DeletionFile, FragmentMetadata
 from airflow_lance.core.history import DEFAULT_IDEMPOTENCY_LOOKBACK, LandedSearch, find_landed_version
 from airflow_lance.core.kartothek import (
@@ -58,6 +61,8 @@ from airflow_lance.core.write import write_fragments
 
 __all__ = [
     "AmbiguousMergeInsertError",
+    "BatchUDF",
+    "BatchUDFCheckpoint",
     "CleanupStats",
     "CommitConflictError",
     "CommitStateUnknownError",
@@ -78,6 +83,7 @@ __all__ = [
     "IncompatibleTransactionError",
     "InvalidInputError",
     "InvalidTypeError",
+    "InvalidTransformError",
     "KartothekError",
     "KartothekImportPlan",
     "KartothekImportResult",
@@ -90,6 +96,7 @@ __all__ = [
     "MergeInsertBuilder",
     "PartitionsWritten",
     "RewriteResult",
+    "SchemaEvolutionError",
     "SchemaMismatchError",
     "StorageError",
     "StoragePermissionError",
@@ -100,6 +107,7 @@ __all__ = [
     "Transaction",
     "UnsupportedFeatureError",
     "VersionNotFoundError",
+    "batch_udf",
     "cleanup_old_versions",
     "commit_kartothek_import",
     "compact_files",

@@ -342,18 +342,60 @@ def _apply_merge(op: LanceOperation.Merge, base: ManifestFile | None, ctx: Apply
     manifest = _copy_base(base, "merge")
     assert base is not None
     lance_schema = op.schema if isinstance(op.schema, LanceSchema) else LanceSchema.from_arrow(op.schema)
-    old_ids = set(f.id for f in base.manifest.fields)
-    if not old_ids <= set(lance_schema.field_ids()):
-        raise SchemaMismatchError("merge must keep every existing field (use Project to drop fields)")
+    # A Merge may replace fields under new ids (alter_columns' casts), as Lance's does.
     del manifest.fields[:]
     manifest.fields.extend(lance_schema.fields)
     manifest.schema_metadata.clear()
     for key, value in lance_schema.metadata.items():
         manifest.schema_metadata[key] = value
-    # Merge carries the complete fragment list; fragments with id 0 are new.
+    # Merge carries the complete fragment list; fragments with id 0 are new, unless the
+    # dataset has a fragment 0 (then it is that one, as in every Merge pylance writes).
+    existing = {f.id for f in base.manifest.fragments}
+    row_ids = {f.id: f for f in base.manifest.fragments if f.WhichOneof("row_id_sequence")}
     del manifest.fragments[:]
-    manifest.fragments.extend(f.to_pb() for f in op.fragments if f.id != 0)
-    manifest.fragments.extend(_new_fragments([f for f in op.fragments if f.id == 0], base.manifest, manifest))
+    for fragment in op.fragments:
+        if fragment.id != 0 or 0 in existing:
+            pb = fragment.to_pb()
+            if pb.WhichOneof("row_id_sequence") is None and pb.id in row_ids:  # fragments from JSON lack them
+                source = row_ids[pb.id]
+                if source.WhichOneof("row_id_sequence") == "inline_row_ids":
+                    pb.inline_row_ids = source.inline_row_ids
+                else:
+                    pb.external_row_ids.CopyFrom(source.external_row_ids)
+            manifest.fragments.append(pb)
+    manifest.fragments.extend(
+        _new_fragments([f for f in op.fragments if f.id == 0 and 0 not in existing], base.manifest, manifest))
+    _finish(manifest, base.manifest, ctx)
+    return NextManifest(manifest, base.index_section)
+
+
+def _apply_data_replacement(
+    op: LanceOperation.DataReplacement, base: ManifestFile | None, ctx: ApplyContext
+) -> NextManifest:
+    """Lance's rule: the new file replaces the fragment's file with the same fields and file
+    version, or is added when the fragment stores none of its fields; anything else is refused."""
+    manifest = _copy_base(base, "replace data")
+    assert base is not None
+    if len({tuple(g.new_file.fields) for g in op.replacements}) > 1:
+        raise InvalidInputError("All new data files must have the same fields")
+    position = {f.id: i for i, f in enumerate(manifest.fragments)}
+    for group in op.replacements:
+        if group.fragment_id not in position:
+            raise IncompatibleTransactionError(f"fragment {group.fragment_id} being replaced does not exist")
+        fragment = manifest.fragments[position[group.fragment_id]]
+        new = group.new_file.to_pb()
+        changed, covered = False, set()
+        for data_file in fragment.files:
+            if (list(data_file.fields) == list(new.fields) and data_file.file_major_version == new.file_major_version
+                    and data_file.file_minor_version == new.file_minor_version):
+                data_file.path, data_file.file_size_bytes, changed = new.path, new.file_size_bytes, True
+            covered.update(data_file.fields)
+        if not covered & set(new.fields):
+            fragment.files.append(new)
+            changed = True
+        if not changed:
+            raise InvalidInputError(f"the new data file of fragment {group.fragment_id} does not align with any "
+                                    "existing data file (fields and file version must match)")
     _finish(manifest, base.manifest, ctx)
     return NextManifest(manifest, base.index_section)
 
@@ -366,8 +408,13 @@ def _apply_project(op: LanceOperation.Project, base: ManifestFile | None, ctx: A
         raise SchemaMismatchError(f"project refers to unknown field ids {sorted(unknown)}")
     del manifest.fields[:]
     manifest.fields.extend(op.schema.fields)
-    _finish(manifest, base.manifest, ctx)
     kept = set(op.schema.field_ids())
+    for fragment in manifest.fragments:  # as pylance 14: files holding no field of the schema leave
+        files = [f for f in fragment.files if kept & set(f.fields)]
+        if files and len(files) != len(fragment.files):
+            del fragment.files[:]
+            fragment.files.extend(files)
+    _finish(manifest, base.manifest, ctx)
     section = base.index_section
     if section:
         parsed = table_pb2.IndexSection()
@@ -437,6 +484,7 @@ _HANDLERS: dict[type, Callable[..., NextManifest]] = {
     LanceOperation.Rewrite: _apply_rewrite,
     LanceOperation.Merge: _apply_merge,
     LanceOperation.Project: _apply_project,
+    LanceOperation.DataReplacement: _apply_data_replacement,
     LanceOperation.Restore: _apply_restore,
     LanceOperation.ReserveFragments: _apply_reserve,
     LanceOperation.UpdateConfig: _apply_update_config,

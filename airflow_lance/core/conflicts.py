@@ -52,6 +52,10 @@ def _config_keys(txn: Transaction) -> set[str]:
 def _append(mine: Transaction, theirs: Transaction) -> Outcome:
     if theirs.kind in ("overwrite", "restore", "update_mem_wal_state"):
         return INCOMPATIBLE
+    if isinstance(theirs.operation, (LanceOperation.Merge, LanceOperation.Project)) and not (
+        theirs.operation.preserves_nullability
+    ):
+        return RETRY  # pylance 14: our fragments could lack a non-nullable column it added
     return OK
 
 
@@ -108,6 +112,10 @@ def _merge(mine: Transaction, theirs: Transaction) -> Outcome:
 
 def _project(mine: Transaction, theirs: Transaction) -> Outcome:
     kind = theirs.kind
+    op = mine.operation
+    assert isinstance(op, LanceOperation.Project)
+    if not op.preserves_nullability and kind in ("append", "update", "merge", "data_replacement"):
+        return RETRY  # pylance 14: a Project that may tighten nullability conflicts with concurrent writes
     if kind in ("append", "delete", "update", "create_index", "rewrite", "reserve_fragments", "update_config",
                 "data_replacement"):
         return OK
@@ -144,6 +152,30 @@ def _update_config(mine: Transaction, theirs: Transaction) -> Outcome:
     return OK
 
 
+def _data_replacement(mine: Transaction, theirs: Transaction) -> Outcome:
+    """Lance's rule: only a rewrite of our fragments, a replacement of the same fields of the
+    same fragment (or an index, which may cover our fields) makes us retry."""
+    kind = theirs.kind
+    if kind in ("overwrite", "restore", "update_mem_wal_state"):
+        return INCOMPATIBLE
+    if kind == "rewrite":
+        return RETRY if _overlap(mine, theirs) else OK
+    if kind == "data_replacement":
+        op, other = mine.operation, theirs.operation
+        assert isinstance(op, LanceOperation.DataReplacement)
+        if not isinstance(other, LanceOperation.DataReplacement):
+            return RETRY
+        for group in op.replacements:
+            for their in other.replacements:
+                if group.fragment_id == their.fragment_id and set(group.new_file.fields) & set(their.new_file.fields):
+                    return RETRY
+        return OK
+    if kind == "create_index":
+        return RETRY
+    return OK if kind in ("append", "delete", "update", "merge", "update_config", "reserve_fragments", "project",
+                          "clone", "update_bases") else RETRY
+
+
 _RULES: dict[type, Callable[[Transaction, Transaction], Outcome]] = {
     LanceOperation.Append: _append,
     LanceOperation.Delete: _delete_or_update,
@@ -152,6 +184,7 @@ _RULES: dict[type, Callable[[Transaction, Transaction], Outcome]] = {
     LanceOperation.Rewrite: _rewrite,
     LanceOperation.Merge: _merge,
     LanceOperation.Project: _project,
+    LanceOperation.DataReplacement: _data_replacement,
     LanceOperation.Restore: _restore,
     LanceOperation.ReserveFragments: _reserve,
     LanceOperation.UpdateConfig: _update_config,

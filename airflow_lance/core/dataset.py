@@ -184,6 +184,14 @@ class LanceFragment:
         table = self._dataset._scan_table([self.metadata], columns, filter)
         return table.slice(offset or 0, limit) if limit is not None or offset else table
 
+    def merge_columns(self, value_func: Any, columns: Sequence[str] | None = None, batch_size: int | None = None,
+                      reader_schema: pa.Schema | None = None) -> tuple[FragmentMetadata, LanceSchema]:
+        """Write new columns for this fragment (as ``add_columns``); commit nothing. Returns the
+        fragment with the new data file and the new schema, for ``LanceOperation.Merge``."""
+        from airflow_lance.core import evolution
+
+        return evolution.merge_columns(self._dataset, self.metadata, value_func, columns, batch_size, reader_schema)
+
     def __repr__(self) -> str:
         return f"LanceFragment(id={self.fragment_id}, physical_rows={self.physical_rows})"
 
@@ -514,6 +522,33 @@ class LanceDataset:
         """Write ``data`` into this dataset (pylance's ``insert``: ``write_dataset`` with
         ``mode="append"`` by default); the handle moves to the new version."""
         self._advance(write_dataset(data, self._store, mode=mode, **kwargs))
+
+    # -- schema and data evolution (core/evolution.py) ---------------------------
+    def add_columns(self, transforms: Any, read_columns: Sequence[str] | None = None,
+                    reader_schema: pa.Schema | None = None, batch_size: int | None = None) -> None:
+        """New columns from ``{name: SQL}``, a UDF (``batch_udf``) or all-null ``pa.Field``(s)/``pa.Schema``:
+        one Merge commit; the handle moves to it."""
+        from airflow_lance.core import evolution
+
+        self._advance(evolution.add_columns(self, transforms, read_columns, reader_schema, batch_size))
+
+    def drop_columns(self, columns: Sequence[str]) -> None:
+        """Remove columns from the schema (a Project: metadata only)."""
+        from airflow_lance.core import evolution
+
+        self._advance(evolution.drop_columns(self, columns))
+
+    def alter_columns(self, *alterations: Mapping[str, Any]) -> None:
+        """Rename (``name``), relax or tighten (``nullable``) or cast (``data_type``) columns by ``path``."""
+        from airflow_lance.core import evolution
+
+        self._advance(evolution.alter_columns(self, alterations))
+
+    def merge(self, data_obj: Any, left_on: str, right_on: str | None = None, schema: pa.Schema | None = None) -> None:
+        """Add the columns of ``data_obj`` joined on ``data_obj[right_on] == self[left_on]`` (null where unmatched)."""
+        from airflow_lance.core import evolution
+
+        self._advance(evolution.merge(self, data_obj, left_on, right_on, schema))
 
     # -- maintenance ----------------------------------------------------------
     @property

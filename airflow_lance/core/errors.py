@@ -51,6 +51,17 @@ class AmbiguousMergeInsertError(InvalidInputError, OSError):
     """A merge insert whose source has several rows for one target row (pylance: ``OSError``)."""
 
 
+class SchemaEvolutionError(InvalidInputError, OSError):
+    """Bad input to ``add_columns``/``drop_columns``/``alter_columns``/``merge``: an unknown or
+    existing column, an expression that does not evaluate, a cast Lance does not allow
+    (pylance raises ``OSError``, and ``ValueError`` for ``drop_columns``). Raised before anything
+    is written."""
+
+
+class InvalidTransformError(SchemaEvolutionError, TypeError):
+    """``add_columns`` was given something that is no transform (pylance: ``TypeError``)."""
+
+
 class CorruptFileError(LanceError):
     """A file of the dataset is malformed: bad magic, truncated, inconsistent.
 

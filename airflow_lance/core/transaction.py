@@ -12,16 +12,17 @@ import abc
 import dataclasses
 import uuid as uuid_lib
 from collections.abc import Callable, Mapping, Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pyarrow as pa
 from google.protobuf import any_pb2
 from google.protobuf.message import DecodeError
+from google.protobuf.unknown_fields import UnknownFieldSet
 
 from airflow_lance.core import layout
 from airflow_lance.core._proto import table_pb2, transaction_pb2
 from airflow_lance.core.errors import CorruptFileError, InvalidInputError, UnsupportedFeatureError
-from airflow_lance.core.fragment import FragmentMetadata
+from airflow_lance.core.fragment import DataFile, FragmentMetadata
 from airflow_lance.core.schema import LanceSchema
 from airflow_lance.core.storage import ObjectStore
 
@@ -35,6 +36,16 @@ def _frags(pbs: Sequence[table_pb2.DataFragment]) -> list[FragmentMetadata]:
 
 def _as_lance_schema(schema: pa.Schema | LanceSchema) -> LanceSchema:
     return schema if isinstance(schema, LanceSchema) else LanceSchema.from_arrow(schema)
+
+
+#: pylance 14's ``preserves_nullability`` flag (Merge field 4, Project field 2; not in our .proto):
+#: the encoded ``true`` that is merged into, and looked for among, the message's unknown fields.
+_PRESERVES_NULLABILITY = {"merge": b"\x20\x01", "project": b"\x10\x01"}
+
+
+def _preserves_nullability(message: Any, kind: str) -> bool:
+    number = _PRESERVES_NULLABILITY[kind][0] >> 3
+    return any(u.field_number == number and u.data for u in UnknownFieldSet(message))
 
 
 def _uuid_bytes(text: str) -> bytes:
@@ -191,10 +202,15 @@ class LanceOperation:
 
     @dataclasses.dataclass
     class Merge(BaseOperation):
-        """Columns added: the complete new fragment list and the new schema."""
+        """Columns added: the complete new fragment list and the new schema.
+
+        ``preserves_nullability`` (pylance 14): every column it introduces is nullable, so
+        concurrent appends may commit after it (their fragments read the new columns as null).
+        """
 
         fragments: Sequence[FragmentMetadata]
         schema: pa.Schema | LanceSchema
+        preserves_nullability: bool = False
         name: ClassVar[str] = "merge"
 
         def write_pb(self, txn: transaction_pb2.Transaction) -> None:
@@ -203,6 +219,8 @@ class LanceOperation:
             txn.merge.schema.extend(schema.fields)
             for key, value in schema.metadata.items():
                 txn.merge.schema_metadata[key] = value
+            if self.preserves_nullability:
+                txn.merge.MergeFromString(_PRESERVES_NULLABILITY[self.name])
 
         def touched_fragment_ids(self) -> set[int]:
             return {f.id for f in self.fragments}
@@ -212,10 +230,37 @@ class LanceOperation:
         """Columns dropped or renamed: the new schema (a subset with the same ids)."""
 
         schema: LanceSchema
+        preserves_nullability: bool = False
         name: ClassVar[str] = "project"
 
         def write_pb(self, txn: transaction_pb2.Transaction) -> None:
             txn.project.schema.extend(self.schema.fields)
+            if self.preserves_nullability:
+                txn.project.MergeFromString(_PRESERVES_NULLABILITY[self.name])
+
+    @dataclasses.dataclass
+    class DataReplacementGroup:
+        """A new data file for one fragment: it replaces the file holding exactly the same fields
+        (and file version), or is added when the fragment stores none of them."""
+
+        fragment_id: int
+        new_file: DataFile
+
+    @dataclasses.dataclass
+    class DataReplacement(BaseOperation):
+        """Replace (or backfill) one column group's data files in existing fragments."""
+
+        replacements: Sequence[LanceOperation.DataReplacementGroup]
+        name: ClassVar[str] = "data_replacement"
+
+        def write_pb(self, txn: transaction_pb2.Transaction) -> None:
+            txn.data_replacement.SetInParent()
+            for group in self.replacements:
+                pb = txn.data_replacement.replacements.add(fragment_id=group.fragment_id)
+                pb.new_file.CopyFrom(group.new_file.to_pb())
+
+        def touched_fragment_ids(self) -> set[int]:
+            return {group.fragment_id for group in self.replacements}
 
     @dataclasses.dataclass
     class Restore(BaseOperation):
@@ -356,10 +401,17 @@ _DECODERS: dict[str, Callable[[transaction_pb2.Transaction], LanceOperation.Base
     ),
     "rewrite": lambda t: _rewrite_from_pb(t.rewrite),
     "merge": lambda t: LanceOperation.Merge(
-        _frags(t.merge.fragments), LanceSchema.from_fields(list(t.merge.schema), dict(t.merge.schema_metadata))
+        _frags(t.merge.fragments), LanceSchema.from_fields(list(t.merge.schema), dict(t.merge.schema_metadata)),
+        _preserves_nullability(t.merge, "merge"),
     ),
-    "project": lambda t: LanceOperation.Project(LanceSchema.from_fields(list(t.project.schema), {})),
+    "project": lambda t: LanceOperation.Project(
+        LanceSchema.from_fields(list(t.project.schema), {}), _preserves_nullability(t.project, "project")
+    ),
     "restore": lambda t: LanceOperation.Restore(t.restore.version),
+    "data_replacement": lambda t: LanceOperation.DataReplacement([
+        LanceOperation.DataReplacementGroup(r.fragment_id, DataFile.from_pb(r.new_file))
+        for r in t.data_replacement.replacements
+    ]),
     "reserve_fragments": lambda t: LanceOperation.ReserveFragments(t.reserve_fragments.num_fragments),
     "update_config": lambda t: _update_config_from_pb(t.update_config),
 }
