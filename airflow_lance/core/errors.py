@@ -47,6 +47,14 @@ class InvalidInputError(LanceError, ValueError):
     """An argument is malformed or out of range (bad mode, bad filter, ...)."""
 
 
+class RowIndexError(LanceError, OSError, IndexError):
+    """``take`` of a position past the dataset's rows (pylance raises ``OSError``)."""
+
+
+class NegativeIndexError(InvalidInputError, OverflowError):
+    """A negative position or row id (pylance: ``OverflowError``, they are unsigned)."""
+
+
 class CorruptFileError(LanceError):
     """A file of the dataset is malformed: bad magic, truncated, inconsistent.
 
