@@ -1,0 +1,203 @@
+"""Scans, take and row-id lookups side by side with pylance on the same datasets.
+
+Each dataset is written by pylance (2.0 / 2.2, with deletions, with stable row ids after a
+compaction), then read by both libraries with the same options: tables, row ids, row
+addresses and counts must be equal.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from airflow_lance import core
+from airflow_lance.core.errors import InvalidInputError, LanceError, NegativeIndexError, RowIndexError
+from airflow_lance.core.scanner import has_stable_row_ids
+
+lance = pytest.importorskip("lance")
+
+N = 300
+
+
+def _table(n: int = N) -> pa.Table:
+    ids = np.arange(n)
+    return pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "x": pa.array(ids * 0.5),
+            "s": pa.array([f"s{i % 17}" for i in ids]),
+            "st": pa.StructArray.from_arrays([pa.array(ids % 5), pa.array([f"n{i}" for i in ids])], ["k", "name"]),
+        }
+    )
+
+
+KINDS = ["2.0", "2.2", "2.0-stable", "2.2-stable"]
+
+
+@pytest.fixture(params=KINDS)
+def pair(request, tmp_path):
+    """(pylance handle, our handle) on one dataset with deletions in several fragments."""
+    version, _, stable = request.param.partition("-")
+    uri = str(tmp_path / "ds")
+    ds = lance.write_dataset(
+        _table(), uri, max_rows_per_file=64, data_storage_version=version, enable_stable_row_ids=bool(stable)
+    )
+    ds.delete("id % 7 = 3 or (id >= 64 and id < 128)")  # fragment 1 emptied, others with holes
+    if stable:
+        ds.optimize.compact_files(target_rows_per_fragment=100)  # moves rows: ids != addresses
+        ds.delete("id % 11 = 0")
+        ds = lance.dataset(uri)
+    return ds, core.dataset(uri)
+
+
+SCANS = [
+    {},
+    {"with_row_id": True},
+    {"with_row_address": True},
+    {"with_row_id": True, "with_row_address": True},
+    {"columns": ["s", "id"], "with_row_address": True, "with_row_id": True},
+    {"columns": ["_rowid", "id"]},
+    {"columns": ["id", "_rowaddr"], "with_row_id": True},
+    {"columns": {"double": "x * 2", "ident": "id"}, "with_row_id": True},
+    {"columns": [], "with_row_id": True},
+    {"filter": "id > 150", "limit": 20},
+    {"filter": "id > 150", "limit": 20, "offset": 7, "with_row_id": True},
+    {"filter": "s = 's3'", "offset": 3},
+    {"limit": 10},
+    {"limit": 10, "offset": 150},
+    {"offset": 150},
+    {"offset": 10_000},
+    {"limit": 0},
+    {"filter": "_rowid > 100", "with_row_id": True, "columns": ["id"]},
+    {"filter": "st.k = 2", "columns": ["id", "st"]},
+    {"batch_size": 7, "columns": ["id"]},
+]
+
+
+@pytest.mark.parametrize("options", SCANS, ids=[str(o) for o in SCANS])
+def test_scanner_to_table_matches_pylance(pair, options):
+    theirs, ours = pair
+    expected = theirs.scanner(**options).to_table()
+    assert ours.scanner(**options).to_table().equals(expected)
+    assert ours.to_table(**options).equals(expected)
+    batches = list(ours.to_batches(**options))
+    assert pa.Table.from_batches(batches, schema=expected.schema).equals(expected)
+    reader = ours.scanner(**options).to_reader()
+    assert reader.read_all().equals(expected)
+    if "batch_size" in options:
+        assert all(b.num_rows <= options["batch_size"] for b in batches)
+
+
+def test_row_ids_and_addresses_match_pylance(pair):
+    theirs, ours = pair
+    cols = ["_rowid", "_rowaddr", "id"]
+    expected = theirs.to_table(columns=cols)
+    got = ours.to_table(columns=cols)
+    assert got.equals(expected)
+    addresses = np.asarray(got["_rowaddr"])
+    fragments = {f.fragment_id for f in ours.get_fragments()}
+    assert set((addresses >> 32).tolist()) <= fragments
+
+
+@pytest.mark.parametrize("filter", [None, "id > 150", "s = 's3' and id < 200", "id < 0"])
+def test_count_rows_matches_pylance(pair, filter):
+    theirs, ours = pair
+    assert ours.scanner(filter=filter).count_rows() == theirs.scanner(filter=filter).count_rows()
+    assert ours.count_rows(filter) == theirs.count_rows(filter)
+
+
+def test_fragments_option_matches_pylance(pair):
+    theirs, ours = pair
+    picked_theirs = theirs.get_fragments()[-1:]
+    picked_ours = [f for f in ours.get_fragments() if f.fragment_id == picked_theirs[0].fragment_id]
+    expected = theirs.scanner(fragments=picked_theirs, with_row_id=True, with_row_address=True).to_table()
+    assert ours.scanner(fragments=picked_ours, with_row_id=True, with_row_address=True).to_table().equals(expected)
+
+
+def test_take_matches_pylance(pair):
+    theirs, ours = pair
+    total = theirs.count_rows()
+    rng = np.random.default_rng(7)
+    indices = rng.integers(0, total, 50).tolist() + [0, total - 1, 5, 5]
+    assert ours.take(indices).equals(theirs.take(indices))
+    assert ours.take(pa.array(indices), columns=["s"]).equals(theirs.take(pa.array(indices), columns=["s"]))
+    assert ours.take(indices, columns={"y": "id + 1"}).equals(theirs.take(indices, columns={"y": "id + 1"}))
+    assert ours.take(indices, columns=["_rowid", "id"]).equals(theirs.take(indices, columns=["_rowid", "id"]))
+    assert ours.take([], columns=["id"]).equals(theirs.take([], columns=["id"]))
+
+
+def test_take_rows_matches_pylance(pair):
+    theirs, ours = pair
+    live = theirs.to_table(columns=["_rowid"])["_rowid"].to_pylist()
+    if has_stable_row_ids(ours):
+        deleted_or_absent = [3, 66, 10_000]  # deleted rows, an id never assigned
+    else:
+        deleted_or_absent = [3, 10, (1 << 32) | 6, 1_000 << 32]  # deleted rows, removed/missing fragments
+    ids = live[::9] + deleted_or_absent + live[:3] + live[5:6]
+    for columns in (None, ["id"], ["id", "_rowid", "_rowaddr"], {"z": "x + 1"}):
+        assert ours._take_rows(ids, columns).equals(theirs._take_rows(ids, columns))
+    if not has_stable_row_ids(ours):  # an address past its (existing) fragment's rows
+        with pytest.raises(OSError):
+            theirs._take_rows([0, 70])
+        with pytest.raises(RowIndexError):
+            ours._take_rows([0, 70])
+
+
+def test_take_bad_input_is_typed_like_pylance(pair):
+    theirs, ours = pair
+    total = theirs.count_rows()
+    with pytest.raises(OSError):
+        theirs.take([total])
+    with pytest.raises(RowIndexError) as info:
+        ours.take([1, total])
+    assert isinstance(info.value, OSError) and isinstance(info.value, LanceError)
+    with pytest.raises(OverflowError):
+        theirs.take([-1])
+    with pytest.raises(NegativeIndexError) as info:
+        ours.take([-1])
+    assert isinstance(info.value, OverflowError)
+    with pytest.raises(InvalidInputError):
+        ours.take(["a"])
+    with pytest.raises(InvalidInputError, match="unknown column"):
+        ours.take([0], columns=["nope"])
+
+
+def test_scan_bad_input_is_typed(pair):
+    theirs, ours = pair
+    with pytest.raises(ValueError):
+        theirs.scanner(limit=3).count_rows()
+    with pytest.raises(InvalidInputError, match="limit/offset"):
+        ours.scanner(limit=3).count_rows()
+    for options in ({"limit": -1}, {"offset": -2}, {"batch_size": 0}, {"columns": "id"},
+                    {"columns": ["nope"]}, {"filter": "nope > 1"}, {"fragments": [1]}):
+        with pytest.raises(InvalidInputError):
+            ours.scanner(**options).to_table()
+    with pytest.raises(NotImplementedError):
+        ours.scanner(nearest={"column": "x", "q": [1.0], "k": 1})
+
+
+def test_limit_stops_reading_fragments(tmp_path, monkeypatch):
+    """With a limit met in the first fragment, no later fragment's data file is opened."""
+    uri = str(tmp_path / "ds")
+    lance.write_dataset(_table(), uri, max_rows_per_file=64)
+    ours = core.dataset(uri)
+    opened: list[str] = []
+    store = ours.store
+    original = type(store).open_input
+
+    def spy(self, path, *args, **kwargs):
+        opened.append(os.path.basename(path))
+        return original(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(type(store), "open_input", spy)
+    assert ours.to_table(filter="id >= 10", limit=5)["id"].to_pylist() == list(range(10, 15))
+    assert len(opened) == 1
+    opened.clear()
+    assert ours.to_table(offset=130, limit=5)["id"].to_pylist() == list(range(130, 135))
+    assert len(opened) == 1  # fragments 0 and 1 skipped from metadata
+    opened.clear()
+    assert ours.take([200, 3])["id"].to_pylist() == [200, 3]
+    assert len(opened) == 2  # only the two fragments holding the rows
