@@ -201,3 +201,76 @@ def test_limit_stops_reading_fragments(tmp_path, monkeypatch):
     opened.clear()
     assert ours.take([200, 3])["id"].to_pylist() == [200, 3]
     assert len(opened) == 2  # only the two fragments holding the rows
+
+
+# -- the filter language: what pylance's tests use -------------------------------------------
+
+
+def _typed_table() -> pa.Table:
+    import datetime as dt
+
+    day, moment = dt.date, dt.datetime
+    n = 8
+    return pa.table(
+        {
+            "i": pa.array(range(n), pa.int64()),
+            "tags": pa.array([["a", "b"], None, [], ["c", None], ["a"], ["b", "b"], ["z"], ["a", "c"]]),
+            "n": pa.array([[1, 2], [3], None, [], [2, 2], [5, 1], [0], [3, 4]], pa.list_(pa.int32())),
+            "d": pa.array([day(2020, 1, 1), day(2030, 1, 1), None, day(2020, 1, 1), day(2099, 1, 1),
+                           day(1999, 5, 5), day(2100, 1, 1), day(2001, 1, 1)]),
+            "ts": pa.array([moment(2020, 1, 1), moment(2030, 1, 1), None, moment(2020, 1, 1),
+                            moment(2099, 1, 1), moment(1999, 1, 1), moment(2200, 1, 1), moment(2001, 1, 1)]),
+            "bin": pa.array([b"\x01\xab", b"\x02", None, b"", b"\x01\xab", b"\xff", b"\x00", b"\x02"]),
+            "st": pa.array([{"a": {"b": 1}}, {"a": {"b": 2}}, {"a": {"b": None}}, {"a": {"b": 1}}, {"a": {"b": 2}},
+                            {"a": {"b": 3}}, {"a": {"b": 1}}, {"a": {"b": None}}]),
+        }
+    )
+
+
+FILTERS = [
+    "array_has_any(tags, ['a','z'])", "not array_has_any(tags, ['a','z'])", "array_has_all(tags, ['a','b'])",
+    "not array_has_all(tags, ['a'])", "array_contains(tags, 'c')", "not array_contains(tags, 'c')",
+    "array_has(n, 2)", "array_has_any(n, [2, 3])", "array_has_any(n, [1.5, 2])", "array_has_all(n, [2, 2])",
+    "array_has_all(n, [])", "array_has_any(tags, [])", "not array_has_any(tags, [])", "array_contains(tags, NULL)",
+    "array_has_any(tags, ['c', NULL])", "array_has_all(tags, ['c', NULL])", "array_contains(tags, 'z') is null",
+    "array_length(n) = 2", "array_length(n) is null", "cardinality(n) = 2", "tags[1] = 'a'", "n[2] = 2",
+    "n[5] is null", "n[0] is null", "tags[1] is null",
+    "d < current_date", "d < CURRENT_DATE()", "d >= current_date", "ts < now()", "ts > now()",
+    "current_timestamp > ts", "d > date '2025-01-01'", "ts > timestamp '2025-01-01 00:00:00'",
+    "bin = X'01ab'", "bin = x''", "bin != X'02'", "bin = X'FF'",
+    "st['a']['b'] = 2", "st.a.b = 2", "st['a'] is null", "st.a.b is null",
+]
+
+
+@pytest.fixture(scope="module", params=["2.0", "2.2"])
+def typed_pair(request, tmp_path_factory):
+    uri = str(tmp_path_factory.mktemp("typed") / "ds")
+    ds = lance.write_dataset(_typed_table(), uri, data_storage_version=request.param, max_rows_per_file=3)
+    ds.delete("i = 4")
+    return lance.dataset(uri), core.dataset(uri)
+
+
+@pytest.mark.parametrize("filter", FILTERS)
+def test_filter_functions_match_pylance(typed_pair, filter):
+    theirs, ours = typed_pair
+    expected = theirs.to_table(filter=filter, with_row_id=True)
+    assert ours.to_table(filter=filter, with_row_id=True).equals(expected)
+    assert ours.count_rows(filter) == theirs.count_rows(filter)
+
+
+@pytest.mark.parametrize(
+    ("filter", "message"),
+    [
+        ("array_contains(n, 'x')", "cannot look for string values in a list of int32"),
+        ("array_has_any(i, [1])", "needs a list column, but i is int64"),
+        ("array_has_any(n, i)", "second argument must be a list literal"),
+        ("st['zz'] = 1", "struct st has no field 'zz'"),
+        ("i[1] = 1", r"needs a list column"),
+    ],
+)
+def test_bad_filter_functions_are_typed_errors(typed_pair, filter, message):
+    theirs, ours = typed_pair
+    with pytest.raises(ValueError):
+        theirs.to_table(filter=filter)
+    with pytest.raises(InvalidInputError, match=message):
+        ours.to_table(filter=filter)
