@@ -201,6 +201,7 @@ class LanceScanner:
         if self._batch_size == 0:
             raise InvalidInputError("batch_size must be positive")
         self._fragments = self._resolve_fragments(fragments)
+        self._filter = filter
         self._has_filter = filter is not None
         self._plan = _Plan(dataset, columns, filter, bool(with_row_id), bool(with_row_address))
 
@@ -264,7 +265,8 @@ class LanceScanner:
             raise InvalidInputError("Cannot use limit/offset with count_rows. Apply limit to the result instead.")
         if not self._has_filter:
             return sum(f.num_rows for f in self._fragments)
-        return sum(self._plan.read(f).num_rows for f in self._fragments)
+        counting = _Plan(self._dataset, [], self._filter, False, False)  # reads the filter's columns only
+        return sum(counting.read(f).num_rows for f in self._fragments)
 
 
 # -- take ----------------------------------------------------------------------------------------
