@@ -119,6 +119,7 @@ def value_expression(sql: str, schema: pa.Schema) -> tuple[pc.Expression, list[s
     if not isinstance(sql, str):
         raise InvalidInputError(f"a projection must be a SQL expression string, not {type(sql).__name__}")
     translator = _Translator(schema)
+    translator.integer_literals_to_column = True
     try:
         expression = translator._translate(_parse(sql)).expr
     except RecursionError as error:
@@ -301,14 +302,22 @@ def _typed_null(operand: _Operand, target: pa.DataType) -> _Operand:
     return _constant(pa.scalar(None, target), operand.node)
 
 
-def _arithmetic_literal(operand: _Operand, other: _Operand) -> _Operand:
+def _arithmetic_literal(operand: _Operand, other: _Operand, integer_to_column: bool = False) -> _Operand:
     """NULL takes the other side's type; an integer beside a decimal becomes one
-    (pyarrow would cast it to the decimal's own precision and overflow)."""
+    (pyarrow would cast it to the decimal's own precision and overflow). With
+    ``integer_to_column`` (projections), a number beside a numeric column takes the
+    column's type (or is an error), as Lance's projection planner does (``u64 + 1`` is u64)."""
     value = operand.scalar
     if value is None or not value.is_valid:
         return _typed_null(operand, other.type)
     if pa.types.is_decimal(other.type) and pa.types.is_integer(value.type):
         return _constant(pa.scalar(decimal.Decimal(value.as_py())), operand.node)
+    if integer_to_column and other.scalar is None and _is_numeric(other.type) and _is_numeric(value.type):
+        lossy = pa.types.is_integer(other.type) and not pa.types.is_integer(value.type)
+        converted = None if lossy else _converted_literal(value, other.type)
+        if converted is None:
+            raise InvalidInputError(f"{operand.sql} cannot be converted to the type of {other.sql} ({other.type})")
+        return _constant(converted, operand.node)
     return operand
 
 
@@ -655,6 +664,7 @@ class _Translator:
     def __init__(self, schema: pa.Schema) -> None:
         self._schema = schema
         self.columns: list[str] = []  # top-level columns read, in order of use
+        self.integer_literals_to_column = False  # projections: Lance casts integer literals
 
     def translate_filter(self, sql: str) -> pc.Expression:
         try:
@@ -732,7 +742,8 @@ class _Translator:
 
     def _arithmetic_operands(self, node: exp.Binary) -> list[_Operand]:
         left, right = self._translate(node.this), self._translate(node.expression)
-        return [_arithmetic_literal(left, right), _arithmetic_literal(right, left)]
+        cast = self.integer_literals_to_column
+        return [_arithmetic_literal(left, right, cast), _arithmetic_literal(right, left, cast)]
 
     def _arithmetic(self, node: exp.Binary) -> _Operand:
         operands = self._arithmetic_operands(node)

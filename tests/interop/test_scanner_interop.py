@@ -274,3 +274,41 @@ def test_bad_filter_functions_are_typed_errors(typed_pair, filter, message):
         theirs.to_table(filter=filter)
     with pytest.raises(InvalidInputError, match=message):
         ours.to_table(filter=filter)
+
+
+@pytest.mark.parametrize(
+    "projection",
+    [{"a": "u8 + 1"}, {"b": "i32 + 1"}, {"c": "u64 + 1"}, {"d": "u64 * 2"}, {"e": "1 - u8"}, {"f": "u8 - 2"},
+     {"g": "i32 / 2"}, {"h": "u64 % 2"}],
+)
+def test_projection_literals_take_the_column_type_as_in_pylance(tmp_path, projection):
+    uri = str(tmp_path / "ds")
+    data = pa.table({"u8": pa.array([1, 2, 255], pa.uint8()), "i32": pa.array([1, -2, 7], pa.int32()),
+                     "u64": pa.array([1, 2, 2**63], pa.uint64())})
+    theirs = lance.write_dataset(data, uri)
+    assert core.dataset(uri).to_table(columns=projection).equals(theirs.to_table(columns=projection))
+
+
+@pytest.mark.parametrize("projection", [{"e": "u8 + 300"}, {"j": "-1 + u8"}, {"i": "u8 * 1.5"}, {"k": "u8 * 1.0"}])
+def test_projection_literal_out_of_column_range_is_typed(tmp_path, projection):
+    uri = str(tmp_path / "ds")
+    theirs = lance.write_dataset(pa.table({"u8": pa.array([1, 2], pa.uint8())}), uri)
+    with pytest.raises(ValueError):
+        theirs.to_table(columns=projection)
+    with pytest.raises(InvalidInputError, match="cannot be converted to the type of u8"):
+        core.dataset(uri).to_table(columns=projection)
+
+
+def test_row_id_in_a_projection_matches_pylance(pair):
+    theirs, ours = pair
+    options = {"columns": {"r": "_rowid + 1", "half": "x / 2"}, "with_row_id": True, "filter": "id > 20"}
+    assert ours.to_table(**options).equals(theirs.to_table(**options))
+
+
+@pytest.mark.parametrize("projection", [{"f": "f32 + 1"}, {"g": "f64 * 2"}, {"h": "f32 / 3"}, {"k": "f32 - 0.5"}])
+def test_projection_float_literals_match_pylance(tmp_path, projection):
+    uri = str(tmp_path / "ds")
+    data = pa.table({"f32": pa.array([1.5, -2.25], pa.float32()), "f64": pa.array([0.1, 3.0]),
+                     "u8": pa.array([1, 2], pa.uint8())})
+    theirs = lance.write_dataset(data, uri)
+    assert core.dataset(uri).to_table(columns=projection).equals(theirs.to_table(columns=projection))
