@@ -34,14 +34,18 @@ def _table(n: int = N) -> pa.Table:
     )
 
 
-KINDS = ["2.0", "2.2", "2.0-stable", "2.2-stable"]
+KINDS = ["2.0", "2.2", "2.0-stable", "2.2-stable", "ours-2.0", "ours-2.2"]
 
 
 @pytest.fixture(params=KINDS)
 def pair(request, tmp_path):
     """(pylance handle, our handle) on one dataset with deletions in several fragments."""
-    version, _, stable = request.param.partition("-")
     uri = str(tmp_path / "ds")
+    if request.param.startswith("ours-"):  # written and deleted from by us
+        ds = core.write_dataset(_table(), uri, max_rows_per_file=64, data_storage_version=request.param[5:])
+        ds.delete("id % 7 = 3 or (id >= 64 and id < 128)")
+        return lance.dataset(uri), core.dataset(uri)
+    version, _, stable = request.param.partition("-")
     ds = lance.write_dataset(
         _table(), uri, max_rows_per_file=64, data_storage_version=version, enable_stable_row_ids=bool(stable)
     )
