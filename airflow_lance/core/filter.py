@@ -939,9 +939,18 @@ class _Translator:
         return _apply(lambda lists: pc.list_value_length(lists).cast(pa.uint64()), [operand], node)
 
     def _bracket(self, node: exp.Bracket) -> _Operand:
-        if len(node.expressions) != 1 or not isinstance(node.expressions[0], exp.Literal):
+        if len(node.expressions) != 1:
             raise _unsupported(node)
         key = node.expressions[0]
+        if not isinstance(key, exp.Literal):  # list[expression]: an integer per row
+            from airflow_lance.core.filter_functions import list_get
+
+            operand = self._list_operand(node.this, _sql(node))
+            index = self._translate(key)
+            if not pa.types.is_integer(index.type):
+                raise InvalidInputError(f"{_sql(node)}: a list index must be an integer, not {index.type}")
+            expression = list_get(operand.expr, operand.type, index.expr.cast(pa.int64()))
+            return _Operand(expression, operand.type.value_type, node)
         base = self._translate(node.this)
         if pa.types.is_struct(base.type) and key.is_string:
             if base.type.get_field_index(key.this) < 0:

@@ -88,18 +88,39 @@ def array_membership(
     return pc.Expression._call(name, [lists, pc.scalar(needle)])
 
 
-def list_get(lists: pc.Expression, list_type: pa.DataType, index: int) -> pc.Expression:
-    """``lists[index]`` with SQL's 1-based index; null when the list is shorter or null."""
+def _pick(lists: pa.Array, index: np.ndarray) -> pa.Array:
+    """Element ``index`` (1-based, per row; negative counts from the end) of each list; null
+    when out of range or null."""
+    lengths = np.asarray(pc.list_value_length(lists).fill_null(0))
+    index = np.where(index < 0, lengths + index + 1, index)
+    present = (lengths >= index) & (index >= 1)
+    starts = np.asarray(lists.offsets)[:-1] if len(lists) else np.empty(0, dtype=np.int64)
+    values = lists.values
+    if not len(values):
+        return pa.nulls(len(lists), values.type)
+    picked = values.take(pa.array(np.where(present, starts + index - 1, 0)))
+    return pc.if_else(pa.array(present), picked, pa.scalar(None, values.type))
 
-    def kernel(ctx: Any, lists_arg: Any) -> pa.Array:
+
+def list_get(lists: pc.Expression, list_type: pa.DataType, index: int | pc.Expression) -> pc.Expression:
+    """``lists[index]`` with SQL's 1-based index (a literal or an int64 expression; negative
+    counts from the end, as DataFusion's ``array_element``); null when out of range or null."""
+    if isinstance(index, int):
+
+        def kernel(ctx: Any, lists_arg: Any) -> pa.Array:
+            return _pick(_as_array(lists_arg), np.full(len(lists_arg), index, dtype=np.int64))
+
+        name = _register(_name("list_get", list_type, index), kernel, {"lists": list_type}, list_type.value_type)
+        return pc.Expression._call(name, [lists])
+
+    def dynamic(ctx: Any, lists_arg: Any, index_arg: Any) -> pa.Array:
         lists_arg = _as_array(lists_arg)
-        lengths = np.asarray(pc.list_value_length(lists_arg).fill_null(0))
-        present = (lengths >= index) & (index >= 1)
-        starts = np.asarray(lists_arg.offsets)[:-1] if len(lists_arg) else np.empty(0, dtype=np.int64)
-        values = lists_arg.values
-        picked = values.take(pa.array(np.where(present, starts + index - 1, 0))) if len(values) else (
-            pa.nulls(len(lists_arg), values.type))
-        return pc.if_else(pa.array(present), picked, pa.scalar(None, values.type))
+        if isinstance(index_arg, pa.Scalar):
+            index_arg = pa.array([index_arg.as_py()] * len(lists_arg), pa.int64())
+        index_arg = _as_array(index_arg)
+        picked = _pick(lists_arg, np.asarray(index_arg.fill_null(0)))
+        return picked
 
-    name = _register(_name("list_get", list_type, index), kernel, {"lists": list_type}, list_type.value_type)
-    return pc.Expression._call(name, [lists])
+    name = _register(_name("list_get_at", list_type), dynamic, {"lists": list_type, "index": pa.int64()},
+                     list_type.value_type)
+    return pc.Expression._call(name, [lists, index])

@@ -238,7 +238,8 @@ FILTERS = [
     "array_has_all(n, [])", "array_has_any(tags, [])", "not array_has_any(tags, [])", "array_contains(tags, NULL)",
     "array_has_any(tags, ['c', NULL])", "array_has_all(tags, ['c', NULL])", "array_contains(tags, 'z') is null",
     "array_length(n) = 2", "array_length(n) is null", "cardinality(n) = 2", "tags[1] = 'a'", "n[2] = 2",
-    "n[5] is null", "n[0] is null", "tags[1] is null",
+    "n[5] is null", "n[0] is null", "tags[1] is null", "tags[i] = 'a'", "n[i - 2] = 3", "n[i - 2] is null",
+    "tags[i] is null", "n[-1] = 2", "tags[-2] = 'a'",
     "d < current_date", "d < CURRENT_DATE()", "d >= current_date", "ts < now()", "ts > now()",
     "current_timestamp > ts", "d > date '2025-01-01'", "ts > timestamp '2025-01-01 00:00:00'",
     "bin = X'01ab'", "bin = x''", "bin != X'02'", "bin = X'FF'",
@@ -270,6 +271,7 @@ def test_filter_functions_match_pylance(typed_pair, filter):
         ("array_has_any(n, i)", "second argument must be a list literal"),
         ("st['zz'] = 1", "struct st has no field 'zz'"),
         ("i[1] = 1", r"needs a list column"),
+        ("tags[d] = 'a'", "a list index must be an integer"),
     ],
 )
 def test_bad_filter_functions_are_typed_errors(typed_pair, filter, message):
