@@ -7,8 +7,6 @@ addresses and counts must be equal.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -181,30 +179,6 @@ def test_scan_bad_input_is_typed(pair):
             ours.scanner(**options).to_table()
     with pytest.raises(NotImplementedError):
         ours.scanner(nearest={"column": "x", "q": [1.0], "k": 1})
-
-
-def test_limit_stops_reading_fragments(tmp_path, monkeypatch):
-    """With a limit met in the first fragment, no later fragment's data file is opened."""
-    uri = str(tmp_path / "ds")
-    lance.write_dataset(_table(), uri, max_rows_per_file=64)
-    ours = core.dataset(uri)
-    opened: list[str] = []
-    store = ours.store
-    original = type(store).open_input
-
-    def spy(self, path, *args, **kwargs):
-        opened.append(os.path.basename(path))
-        return original(self, path, *args, **kwargs)
-
-    monkeypatch.setattr(type(store), "open_input", spy)
-    assert ours.to_table(filter="id >= 10", limit=5)["id"].to_pylist() == list(range(10, 15))
-    assert len(opened) == 1
-    opened.clear()
-    assert ours.to_table(offset=130, limit=5)["id"].to_pylist() == list(range(130, 135))
-    assert len(opened) == 1  # fragments 0 and 1 skipped from metadata
-    opened.clear()
-    assert ours.take([200, 3])["id"].to_pylist() == [200, 3]
-    assert len(opened) == 2  # only the two fragments holding the rows
 
 
 # -- the filter language: what pylance's tests use -------------------------------------------
