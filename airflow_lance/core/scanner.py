@@ -76,6 +76,14 @@ def _rows(table: pa.Table, count: int) -> pa.Table:
     return pa.table({"_": pa.nulls(count)}).drop_columns(["_"]) if table.num_columns == 0 else table
 
 
+def _filter_mask(table: pa.Table, expression: pc.Expression) -> pa.ChunkedArray:
+    """The filter evaluated over the filter's own columns only (nulls: not selected)."""
+    try:
+        return pa.dataset.dataset(table).to_table(columns={"keep": expression}).column("keep")
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        raise InvalidInputError(f"filter {expression} cannot be evaluated: {exc}") from exc
+
+
 def _optional_count(value: Any, name: str) -> int | None:
     if value is None:
         return None
@@ -104,6 +112,7 @@ class _Plan:
             if name not in schema.names:
                 extended = extended.append(pa.field(name, pa.uint64()))
         self.filter, filter_columns = _compile_filter(filter, extended)
+        self.filter_columns = list(filter_columns)
         self.projections: dict[str, pc.Expression] | None = None
         if isinstance(columns, Mapping):
             self.projections, wanted = _compile_projections(columns, extended)
@@ -151,10 +160,20 @@ class _Plan:
             table = _rows(table, len(offsets))
         return self._with_special(table, fragment, offsets)
 
-    def read(self, fragment: FragmentMetadata) -> pa.Table:
-        """The live rows of ``fragment`` (columns read + special columns), filtered."""
+    def read(self, fragment: FragmentMetadata, stop: int | None = None) -> pa.Table:
+        """The live rows of ``fragment`` (columns read + special columns) that pass the filter;
+        only the first ``stop`` of them when given (the other columns are not copied)."""
         table = self._select(self._physical(fragment), fragment, live_offsets(self.dataset, fragment))
-        return apply_filter(table, self.filter) if self.filter is not None else table
+        if self.filter is None:
+            return table if stop is None else table.slice(0, stop)
+        if not self.filter_columns:  # a constant filter
+            table = apply_filter(table, self.filter)
+            return table if stop is None else table.slice(0, stop)
+        mask = _filter_mask(table.select(self.filter_columns), self.filter)
+        if stop is None:
+            return table.filter(mask)
+        hits = np.flatnonzero(mask.fill_null(False).to_numpy(zero_copy_only=False))[:stop]
+        return table.take(pa.array(hits)) if table.num_columns else _rows(table, hits.size)
 
     def take(self, fragment: FragmentMetadata, offsets: np.ndarray) -> pa.Table:
         """The rows at physical ``offsets`` of ``fragment`` (columns read + special columns)."""
@@ -232,7 +251,7 @@ class LanceScanner:
             if not self._has_filter and skip >= fragment.num_rows:  # skipped from metadata, not read
                 skip -= fragment.num_rows
                 continue
-            table = self._plan.read(fragment)
+            table = self._plan.read(fragment, None if remaining is None else skip + remaining)
             if skip:
                 dropped = min(skip, table.num_rows)
                 table, skip = table.slice(dropped), skip - dropped
@@ -253,8 +272,7 @@ class LanceScanner:
         tables = list(self._tables())
         if not tables:
             return self._plan.empty()
-        table = pa.concat_tables(tables)
-        return table.combine_chunks() if self._batch_size is None else table
+        return pa.concat_tables(tables)
 
     def head(self, num_rows: int) -> pa.Table:
         return self.to_table()[:num_rows]
