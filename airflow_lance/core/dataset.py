@@ -261,8 +261,9 @@ class LanceDataset:
     def get_fragment(self, fragment_id: int) -> LanceFragment | None:
         return next((LanceFragment(self, f) for f in self._fragments if f.id == fragment_id), None)
 
-    def count_rows(self, filter: FilterLike = None) -> int:
-        """Row count from metadata alone, or of the rows matching ``filter``."""
+    def count_rows(self, filter: FilterLike = None, **kwargs: Any) -> int:
+        """Row count from metadata alone, or of the rows matching ``filter``. Other keywords
+        are accepted and ignored, as pylance 14 does (``scanner(...).count_rows()`` uses them)."""
         if filter is None:
             return sum(
                 f.physical_rows - (f.deletion_file.num_deleted_rows if f.HasField("deletion_file") else 0)
@@ -356,6 +357,15 @@ class LanceDataset:
         """The first ``num_rows`` rows (pylance's name); ``scanner``'s keywords."""
         options["limit"] = num_rows
         return self.scanner(**options).to_table()
+
+    def slice(self, start: int, end: int, columns: ColumnsLike = None) -> pa.Table:
+        """Rows ``start`` (inclusive) to ``end`` (exclusive) by position, as an offset/limit
+        scan (pylance's name)."""
+        if start < 0:
+            raise InvalidInputError(f"start must be non-negative, got {start}")
+        if end < start:
+            raise InvalidInputError(f"end ({end}) must be >= start ({start})")
+        return self.scanner(columns=columns, offset=start, limit=end - start).to_table()
 
     def take(self, indices: Sequence[int] | pa.Array, columns: ColumnsLike = None) -> pa.Table:
         """The rows at ``indices``: positions among the live rows (pylance's ``take``)."""

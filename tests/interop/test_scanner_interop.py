@@ -292,3 +292,30 @@ def test_projection_float_literals_match_pylance(tmp_path, projection):
                      "u8": pa.array([1, 2], pa.uint8())})
     theirs = lance.write_dataset(data, uri)
     assert core.dataset(uri).to_table(columns=projection).equals(theirs.to_table(columns=projection))
+
+
+@pytest.mark.parametrize(("start", "end"), [(0, 10), (60, 140), (150, 10_000), (5, 5)])
+def test_slice_matches_pylance(pair, start, end):
+    theirs, ours = pair
+    assert ours.slice(start, end).equals(theirs.slice(start, end))
+    assert ours.slice(start, end, columns=["s"]).equals(theirs.slice(start, end, columns=["s"]))
+
+
+@pytest.mark.parametrize(("start", "end"), [(-1, 3), (5, 2)])
+def test_bad_slice_is_typed(pair, start, end):
+    theirs, ours = pair
+    with pytest.raises(ValueError):
+        theirs.slice(start, end)
+    with pytest.raises(InvalidInputError):
+        ours.slice(start, end)
+
+
+def test_count_rows_keywords_match_pylance(pair):
+    """pylance 14's ``count_rows(filter, **kwargs)`` ignores the keywords; the scanner's uses them."""
+    theirs, ours = pair
+    picked = [f.fragment_id for f in theirs.get_fragments()][:2]
+    mine, its = [ours.get_fragment(i) for i in picked], [theirs.get_fragment(i) for i in picked]
+    assert ours.count_rows("id > 10", fragments=mine) == theirs.count_rows("id > 10", fragments=its)
+    assert ours.scanner(filter="id > 10", fragments=mine).count_rows() == (
+        theirs.scanner(filter="id > 10", fragments=its).count_rows()
+    )
