@@ -60,6 +60,7 @@ from airflow_lance.core.write import (
 if TYPE_CHECKING:
     from airflow_lance.core.cleanup import CleanupStats
     from airflow_lance.core.merge_insert import MergeInsertBuilder
+    from airflow_lance.core.scanner import LanceScanner
     from airflow_lance.core.optimize import DatasetOptimizer
 
 FilterLike = str | pc.Expression | None
@@ -313,8 +314,9 @@ class LanceDataset:
     def get_fragment(self, fragment_id: int) -> LanceFragment | None:
         return next((LanceFragment(self, f) for f in self._fragments if f.id == fragment_id), None)
 
-    def count_rows(self, filter: FilterLike = None) -> int:
-        """Row count from metadata alone, or of the rows matching ``filter``."""
+    def count_rows(self, filter: FilterLike = None, **kwargs: Any) -> int:
+        """Row count from metadata alone, or of the rows matching ``filter``. Other keywords
+        are accepted and ignored, as pylance 14 does (``scanner(...).count_rows()`` uses them)."""
         if filter is None:
             return sum(
                 f.physical_rows - (f.deletion_file.num_deleted_rows if f.HasField("deletion_file") else 0)
@@ -347,15 +349,94 @@ class LanceDataset:
             return _project(self.schema.empty_table(), _compile_projections(columns, self.schema)[0])
         return (self._schema.project(list(columns)).to_arrow() if columns is not None else self.schema).empty_table()
 
-    def to_table(self, columns: ColumnsLike = None, filter: FilterLike = None) -> pa.Table:
-        """Read the version into one table, optionally projected (a list of column names, or
-        pylance's ``{name: SQL expression}``) and filtered."""
-        return self._scan_table(self._fragments, columns, filter)
+    def scanner(
+        self,
+        columns: ColumnsLike = None,
+        filter: FilterLike = None,
+        limit: int | None = None,
+        offset: int | None = None,
+        nearest: Any = None,
+        batch_size: int | None = None,
+        batch_size_bytes: int | None = None,
+        batch_readahead: int | None = None,
+        fragment_readahead: int | None = None,
+        scan_in_order: bool | None = None,
+        fragments: Sequence[LanceFragment] | None = None,
+        *,
+        with_row_id: bool | None = None,
+        with_row_address: bool | None = None,
+        **options: Any,
+    ) -> LanceScanner:
+        """A scanner with pylance's options (see ``core.scanner``); readahead and
+        ordering hints are accepted and change nothing (we always scan in order)."""
+        from airflow_lance.core.scanner import LanceScanner, check_no_vector_search
 
-    def to_batches(self, columns: ColumnsLike = None, filter: FilterLike = None) -> Iterator[pa.RecordBatch]:
-        """Stream the version as record batches, one fragment at a time."""
-        for table in self._scan(self._fragments, columns, filter):
-            yield from table.to_batches()
+        check_no_vector_search(nearest, **options)
+        return LanceScanner(self, columns, filter, limit, offset, batch_size, fragments, with_row_id, with_row_address)
+
+    def to_table(
+        self,
+        columns: ColumnsLike = None,
+        filter: FilterLike = None,
+        limit: int | None = None,
+        offset: int | None = None,
+        nearest: Any = None,
+        batch_size: int | None = None,
+        batch_size_bytes: int | None = None,
+        batch_readahead: int | None = None,
+        fragment_readahead: int | None = None,
+        scan_in_order: bool | None = None,
+        **options: Any,
+    ) -> pa.Table:
+        """Read the version into one table, optionally projected (a list of column names, or
+        pylance's ``{name: SQL expression}``), filtered, limited; ``scanner``'s keywords."""
+        return self.scanner(columns, filter, limit, offset, nearest, batch_size, **options).to_table()
+
+    def to_batches(
+        self,
+        columns: ColumnsLike = None,
+        filter: FilterLike = None,
+        limit: int | None = None,
+        offset: int | None = None,
+        nearest: Any = None,
+        batch_size: int | None = None,
+        batch_size_bytes: int | None = None,
+        batch_readahead: int | None = None,
+        fragment_readahead: int | None = None,
+        scan_in_order: bool | None = None,
+        **options: Any,
+    ) -> Iterator[pa.RecordBatch]:
+        """Stream the version as record batches, one fragment at a time; ``scanner``'s keywords."""
+        return self.scanner(columns, filter, limit, offset, nearest, batch_size, **options).to_batches()
+
+    def head(self, num_rows: int, **options: Any) -> pa.Table:
+        """The first ``num_rows`` rows (pylance's name); ``scanner``'s keywords."""
+        options["limit"] = num_rows
+        return self.scanner(**options).to_table()
+
+    def slice(self, start: int, end: int, columns: ColumnsLike = None) -> pa.Table:
+        """Rows ``start`` (inclusive) to ``end`` (exclusive) by position, as an offset/limit
+        scan (pylance's name)."""
+        if start < 0:
+            raise InvalidInputError(f"start must be non-negative, got {start}")
+        if end < start:
+            raise InvalidInputError(f"end ({end}) must be >= start ({start})")
+        return self.scanner(columns=columns, offset=start, limit=end - start).to_table()
+
+    def take(self, indices: Sequence[int] | pa.Array, columns: ColumnsLike = None) -> pa.Table:
+        """The rows at ``indices``: positions among the live rows (pylance's ``take``)."""
+        from airflow_lance.core.scanner import take
+
+        return take(self, indices, columns)
+
+    def _take_rows(
+        self, row_ids: Sequence[int] | pa.Array, columns: ColumnsLike = None, *, ignore_deletions: bool = False
+    ) -> pa.Table:
+        """The rows with ``row_ids`` (stable row ids, or row addresses), in request order;
+        ids of deleted or missing rows are dropped (pylance's ``_take_rows``)."""
+        from airflow_lance.core.scanner import take_rows
+
+        return take_rows(self, row_ids, columns, ignore_deletions=ignore_deletions)
 
     # -- changing -------------------------------------------------------------
     def delete(self, predicate: str | pc.Expression, *, conflict_retries: int = 10) -> dict[str, int]:

@@ -62,6 +62,14 @@ class InvalidTransformError(SchemaEvolutionError, TypeError):
     """``add_columns`` was given something that is no transform (pylance: ``TypeError``)."""
 
 
+class RowIndexError(LanceError, OSError, IndexError):
+    """``take`` of a position past the dataset's rows (pylance raises ``OSError``)."""
+
+
+class NegativeIndexError(InvalidInputError, OverflowError):
+    """A negative position or row id (pylance: ``OverflowError``, they are unsigned)."""
+
+
 class CorruptFileError(LanceError):
     """A file of the dataset is malformed: bad magic, truncated, inconsistent.
 

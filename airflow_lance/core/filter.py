@@ -20,7 +20,9 @@ Semantics follow pylance / DataFusion:
 
 from __future__ import annotations
 
+import datetime as dt
 import decimal
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -54,6 +56,7 @@ class _LanceFilterDialect(Dialect):
     class Tokenizer(tokens.Tokenizer):
         IDENTIFIERS: ClassVar[list[str]] = ["`"]
         QUOTES: ClassVar[list[str]] = ["'", '"']
+        HEX_STRINGS: ClassVar[list[tuple[str, str]]] = [("x'", "'"), ("X'", "'")]
 
 
 # --------------------------------------------------------------------------- API
@@ -116,6 +119,7 @@ def value_expression(sql: str, schema: pa.Schema) -> tuple[pc.Expression, list[s
     if not isinstance(sql, str):
         raise InvalidInputError(f"a projection must be a SQL expression string, not {type(sql).__name__}")
     translator = _Translator(schema)
+    translator.integer_literals_to_column = True
     try:
         expression = translator._translate(_parse(sql)).expr
     except RecursionError as error:
@@ -246,6 +250,10 @@ def _converted_literal(value: pa.Scalar, target: pa.DataType) -> pa.Scalar | Non
         return _parse_temporal(value.as_py(), target)
     if families[0] != families[1]:
         return None
+    if pa.types.is_timestamp(value.type) and pa.types.is_timestamp(target) and value.type.tz != target.tz:
+        # now() is UTC: a column without time zone compares as UTC (DataFusion's coercion)
+        relabeled = value.cast(pa.timestamp(value.type.unit, target.tz))
+        return _lossless_cast(relabeled, target) or relabeled
     if pa.types.is_floating(target):
         return pa.scalar(float(value.as_py()), target)
     if pa.types.is_decimal(target) and not pa.types.is_decimal(value.type):
@@ -294,14 +302,22 @@ def _typed_null(operand: _Operand, target: pa.DataType) -> _Operand:
     return _constant(pa.scalar(None, target), operand.node)
 
 
-def _arithmetic_literal(operand: _Operand, other: _Operand) -> _Operand:
+def _arithmetic_literal(operand: _Operand, other: _Operand, integer_to_column: bool = False) -> _Operand:
     """NULL takes the other side's type; an integer beside a decimal becomes one
-    (pyarrow would cast it to the decimal's own precision and overflow)."""
+    (pyarrow would cast it to the decimal's own precision and overflow). With
+    ``integer_to_column`` (projections), a number beside a numeric column takes the
+    column's type (or is an error), as Lance's projection planner does (``u64 + 1`` is u64)."""
     value = operand.scalar
     if value is None or not value.is_valid:
         return _typed_null(operand, other.type)
     if pa.types.is_decimal(other.type) and pa.types.is_integer(value.type):
         return _constant(pa.scalar(decimal.Decimal(value.as_py())), operand.node)
+    if integer_to_column and other.scalar is None and _is_numeric(other.type) and _is_numeric(value.type):
+        lossy = pa.types.is_integer(other.type) and not pa.types.is_integer(value.type)
+        converted = None if lossy else _converted_literal(value, other.type)
+        if converted is None:
+            raise InvalidInputError(f"{operand.sql} cannot be converted to the type of {other.sql} ({other.type})")
+        return _constant(converted, operand.node)
     return operand
 
 
@@ -648,6 +664,7 @@ class _Translator:
     def __init__(self, schema: pa.Schema) -> None:
         self._schema = schema
         self.columns: list[str] = []  # top-level columns read, in order of use
+        self.integer_literals_to_column = False  # projections: Lance casts integer literals
 
     def translate_filter(self, sql: str) -> pc.Expression:
         try:
@@ -725,7 +742,8 @@ class _Translator:
 
     def _arithmetic_operands(self, node: exp.Binary) -> list[_Operand]:
         left, right = self._translate(node.this), self._translate(node.expression)
-        return [_arithmetic_literal(left, right), _arithmetic_literal(right, left)]
+        cast = self.integer_literals_to_column
+        return [_arithmetic_literal(left, right, cast), _arithmetic_literal(right, left, cast)]
 
     def _arithmetic(self, node: exp.Binary) -> _Operand:
         operands = self._arithmetic_operands(node)
@@ -830,9 +848,120 @@ class _Translator:
         return self._regexp([arg for arg in arguments if arg is not None], node)
 
     def _anonymous(self, node: exp.Anonymous) -> _Operand:
-        if node.name.lower() != "regexp_match":  # pylance: coerced to a boolean
+        name = node.name.lower()
+        if name == "now" and not node.expressions:
+            return self._current_timestamp(node)
+        if name in ("array_has_any", "array_has_all", "list_has_any", "list_has_all") and len(node.expressions) == 2:
+            return self._array_membership(node.expressions[0], node.expressions[1], name[-3:], node)
+        if name == "cardinality" and len(node.expressions) == 1:
+            return self._array_size(exp.ArraySize(this=node.expressions[0]))
+        if name != "regexp_match":  # pylance: coerced to a boolean
             raise _unsupported(node)
         return self._regexp(list(node.expressions), node)
+
+    # -- dates, binary literals, lists, brackets
+
+    def _current_date(self, node: exp.Expression) -> _Operand:
+        return _constant(pa.scalar(dt.datetime.now(dt.timezone.utc).date(), pa.date32()), node)
+
+    def _current_timestamp(self, node: exp.Expression) -> _Operand:
+        now = pa.scalar(time.time_ns(), pa.int64()).cast(pa.timestamp("ns", "UTC"))
+        return _constant(now, node)
+
+    def _hex_string(self, node: exp.HexString) -> _Operand:
+        try:
+            return _constant(pa.scalar(bytes.fromhex(node.this), pa.binary()), node)
+        except ValueError as error:
+            raise InvalidInputError(f"malformed hex binary literal {_sql(node)}: {error}") from error
+
+    def _list_operand(self, node: exp.Expression, what: str) -> _Operand:
+        operand = self._translate(node)
+        if not (pa.types.is_list(operand.type) or pa.types.is_large_list(operand.type)
+                or pa.types.is_fixed_size_list(operand.type)):
+            raise InvalidInputError(f"{what} needs a list column, but {operand.sql} is {operand.type}")
+        if pa.types.is_fixed_size_list(operand.type):
+            list_type = pa.list_(operand.type.value_field)
+            operand = _Operand(operand.expr.cast(list_type), list_type, operand.node)
+        return operand
+
+    def _needle(self, items: list[exp.Expression], value_type: pa.DataType, node: exp.Expression) -> tuple[
+        pa.Scalar, pa.DataType | None
+    ]:
+        """The literal values to look for, as a list scalar of ``value_type`` (or a type both
+        sides convert to: ``compare``)."""
+        scalars = []
+        for item in items:
+            operand = self._translate(item)
+            if operand.scalar is None:
+                raise InvalidInputError(f"{_sql(node)}: the values to look for must be literals, not {operand.sql}")
+            scalars.append(operand.scalar)
+        if not scalars:
+            return pa.scalar([], pa.list_(value_type)), None
+        try:
+            values = pa.array([v.as_py() for v in scalars])
+        except _ARROW_ERRORS as error:
+            raise InvalidInputError(f"{_sql(node)}: the values to look for mix types: {error}") from error
+        if values.null_count == len(values):
+            values = values.cast(value_type)
+        try:
+            cast = values.cast(value_type)
+            if cast.cast(values.type).equals(values):
+                return pa.scalar(cast.to_pylist(), pa.list_(value_type)), None
+        except (*_ARROW_ERRORS, OverflowError):
+            pass
+        if _is_numeric(values.type) and _is_numeric(value_type):
+            return pa.scalar(values.to_pylist(), pa.list_(values.type)), pa.float64()
+        raise InvalidInputError(
+            f"{_sql(node)}: cannot look for {values.type} values in a list of {value_type}"
+        )
+
+    def _array_membership(self, lists: exp.Expression, needle: exp.Expression, mode: str,
+                          node: exp.Expression) -> _Operand:
+        from airflow_lance.core.filter_functions import array_membership
+
+        operand = self._list_operand(lists, _sql(node))
+        if not isinstance(needle, exp.Array):
+            raise InvalidInputError(f"{_sql(node)}: the second argument must be a list literal [...]")
+        value, compare = self._needle(list(needle.expressions), operand.type.value_type, node)
+        return _Operand(array_membership(operand.expr, operand.type, value, mode, compare), pa.bool_(), node)
+
+    def _array_contains(self, node: exp.ArrayContains) -> _Operand:
+        if isinstance(node.expression, exp.Null):
+            self._list_operand(node.this, _sql(node))  # checks (and reads) the list column
+            return _constant(pa.scalar(None, pa.bool_()), node)
+        return self._array_membership(node.this, exp.Array(expressions=[node.expression]), "any", node)
+
+    def _array_contains_all(self, node: exp.ArrayContainsAll) -> _Operand:
+        return self._array_membership(node.this, node.expression, "all", node)
+
+    def _array_size(self, node: exp.ArraySize) -> _Operand:
+        operand = self._list_operand(node.this, _sql(node))
+        return _apply(lambda lists: pc.list_value_length(lists).cast(pa.uint64()), [operand], node)
+
+    def _bracket(self, node: exp.Bracket) -> _Operand:
+        if len(node.expressions) != 1:
+            raise _unsupported(node)
+        key = node.expressions[0]
+        if not isinstance(key, exp.Literal):  # list[expression]: an integer per row
+            from airflow_lance.core.filter_functions import list_get
+
+            operand = self._list_operand(node.this, _sql(node))
+            index = self._translate(key)
+            if not pa.types.is_integer(index.type):
+                raise InvalidInputError(f"{_sql(node)}: a list index must be an integer, not {index.type}")
+            expression = list_get(operand.expr, operand.type, index.expr.cast(pa.int64()))
+            return _Operand(expression, operand.type.value_type, node)
+        base = self._translate(node.this)
+        if pa.types.is_struct(base.type) and key.is_string:
+            if base.type.get_field_index(key.this) < 0:
+                raise InvalidInputError(f"struct {base.sql} has no field {key.this!r}")
+            return _apply(partial(pc.struct_field, indices=[key.this]), [base], node)
+        if key.is_int:
+            from airflow_lance.core.filter_functions import list_get
+
+            operand = self._list_operand(node.this, _sql(node))
+            return _Operand(list_get(operand.expr, operand.type, int(key.this)), operand.type.value_type, node)
+        raise InvalidInputError(f"{_sql(node)}: [{_sql(key)}] needs a struct and a field name, or a list and an index")
 
 
 _Handler = Callable[[_Translator, Any], _Operand]
@@ -854,6 +983,13 @@ _HANDLERS: dict[type[exp.Expression], _Handler] = {
     exp.Escape: _Translator._escape,
     exp.RegexpLike: _Translator._regexp_like,
     exp.Anonymous: _Translator._anonymous,
+    exp.CurrentDate: _Translator._current_date,
+    exp.CurrentTimestamp: _Translator._current_timestamp,
+    exp.HexString: _Translator._hex_string,
+    exp.ArrayContains: _Translator._array_contains,
+    exp.ArrayContainsAll: _Translator._array_contains_all,
+    exp.ArraySize: _Translator._array_size,
+    exp.Bracket: _Translator._bracket,
     exp.Mod: _Translator._modulo,
     **dict.fromkeys(_COMPARISONS, _Translator._comparison),
     **dict.fromkeys(_ARITHMETIC, _Translator._arithmetic),

@@ -1,0 +1,126 @@
+"""Vectorised kernels for filter functions pyarrow's compute library lacks, as scalar UDFs.
+
+``array_has_any`` / ``array_has_all`` / ``array_has`` (``array_contains``) and 1-based list
+indexing ``tags[1]`` (null when out of range), with DataFusion's results as pylance returns
+them: a null list gives null (but ``array_has_all(x, [])`` is true and
+``array_has_any(x, [])`` false for every row), a null in the needle matches a null
+element. Each kernel works on whole arrays (flatten, ``is_in``, ``bincount``); a UDF is
+registered once per (function, argument types) in pyarrow's function registry, so filters
+using them stay ordinary ``pc.Expression`` objects.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+_LOCK = threading.Lock()
+
+
+def _as_array(value: Any) -> pa.Array:
+    if isinstance(value, pa.ChunkedArray):
+        return value.combine_chunks()
+    return value
+
+
+def _needle_values(needle: Any) -> pa.Array | None:
+    """The needle list's values (None for a null needle)."""
+    if isinstance(needle, pa.Scalar):
+        return needle.values if needle.is_valid else None
+    needle = _as_array(needle)  # broadcast needle: every row holds the same constant
+    return needle[0].values if len(needle) and needle[0].is_valid else None
+
+
+def _membership(lists: pa.Array, needle: pa.Array, mode: str, compare: pa.DataType | None) -> pa.Array:
+    length = len(lists)
+    if mode == "all" and len(needle) == 0:
+        return pa.array(np.ones(length, dtype=bool))
+    if len(needle) == 0:
+        return pa.array(np.zeros(length, dtype=bool))
+    values = pc.list_flatten(lists)
+    parents = np.asarray(pc.list_parent_indices(lists))
+    if compare is not None:
+        values, needle = values.cast(compare), needle.cast(compare)
+    unique_needle = pc.unique(needle)
+    position = np.asarray(pc.index_in(values, value_set=unique_needle, skip_nulls=False).fill_null(-1))
+    hit = position >= 0
+    if mode == "any":
+        found = np.bincount(parents[hit], minlength=length) > 0
+    else:
+        k = len(unique_needle)
+        pairs = np.unique(parents[hit].astype(np.int64) * k + position[hit])
+        found = np.bincount(pairs // k, minlength=length) == k
+    return pa.array(found, mask=np.asarray(lists.is_null()) if lists.null_count else None)
+
+
+def _register(name: str, kernel: Any, in_types: dict[str, pa.DataType], out_type: pa.DataType) -> str:
+    with _LOCK:
+        try:
+            pc.get_function(name)
+        except pa.ArrowKeyError:
+            pc.register_scalar_function(kernel, name, {"summary": name, "description": name}, in_types, out_type)
+    return name
+
+
+def _name(*parts: Any) -> str:
+    return "airflow_lance_" + "_".join(re.sub(r"\W+", "_", str(p)) for p in parts)
+
+
+def array_membership(
+    lists: pc.Expression, list_type: pa.DataType, needle: pa.Scalar, mode: str, compare: pa.DataType | None
+) -> pc.Expression:
+    """``mode`` "any" or "all": does each list hold any / all of ``needle``'s values?"""
+
+    def kernel(ctx: Any, lists_arg: Any, needle_arg: Any) -> pa.Array:
+        lists_arg = _as_array(lists_arg)
+        values = _needle_values(needle_arg)
+        if values is None:
+            return pa.nulls(len(lists_arg), pa.bool_())
+        return _membership(lists_arg, values, mode, compare)
+
+    name = _register(_name("array", mode, list_type, needle.type, compare), kernel,
+                     {"lists": list_type, "needle": needle.type}, pa.bool_())
+    return pc.Expression._call(name, [lists, pc.scalar(needle)])
+
+
+def _pick(lists: pa.Array, index: np.ndarray) -> pa.Array:
+    """Element ``index`` (1-based, per row; negative counts from the end) of each list; null
+    when out of range or null."""
+    lengths = np.asarray(pc.list_value_length(lists).fill_null(0))
+    index = np.where(index < 0, lengths + index + 1, index)
+    present = (lengths >= index) & (index >= 1)
+    starts = np.asarray(lists.offsets)[:-1] if len(lists) else np.empty(0, dtype=np.int64)
+    values = lists.values
+    if not len(values):
+        return pa.nulls(len(lists), values.type)
+    picked = values.take(pa.array(np.where(present, starts + index - 1, 0)))
+    return pc.if_else(pa.array(present), picked, pa.scalar(None, values.type))
+
+
+def list_get(lists: pc.Expression, list_type: pa.DataType, index: int | pc.Expression) -> pc.Expression:
+    """``lists[index]`` with SQL's 1-based index (a literal or an int64 expression; negative
+    counts from the end, as DataFusion's ``array_element``); null when out of range or null."""
+    if isinstance(index, int):
+
+        def kernel(ctx: Any, lists_arg: Any) -> pa.Array:
+            return _pick(_as_array(lists_arg), np.full(len(lists_arg), index, dtype=np.int64))
+
+        name = _register(_name("list_get", list_type, index), kernel, {"lists": list_type}, list_type.value_type)
+        return pc.Expression._call(name, [lists])
+
+    def dynamic(ctx: Any, lists_arg: Any, index_arg: Any) -> pa.Array:
+        lists_arg = _as_array(lists_arg)
+        if isinstance(index_arg, pa.Scalar):
+            index_arg = pa.array([index_arg.as_py()] * len(lists_arg), pa.int64())
+        index_arg = _as_array(index_arg)
+        picked = _pick(lists_arg, np.asarray(index_arg.fill_null(0)))
+        return picked
+
+    name = _register(_name("list_get_at", list_type), dynamic, {"lists": list_type, "index": pa.int64()},
+                     list_type.value_type)
+    return pc.Expression._call(name, [lists, index])
