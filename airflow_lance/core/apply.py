@@ -18,7 +18,7 @@ import pyroaring
 from google.protobuf import timestamp_pb2
 
 import airflow_lance
-from airflow_lance.core import feature_flags, rowids
+from airflow_lance.core import feature_flags, layout, rowids
 from airflow_lance.core._proto import rowids_pb2, table_pb2
 from airflow_lance.core.errors import (
     DatasetNotFoundError,
@@ -34,7 +34,7 @@ from airflow_lance.core.transaction import LanceOperation
 # New datasets' data storage version is chosen in core.write (an Overwrite without fragments uses it too).
 from airflow_lance.core.write import DEFAULT_STORAGE_VERSION as DEFAULT_DATA_STORAGE_VERSION
 
-WRITER_LIBRARY = "airflow-lance"
+WRITER_LIBRARY = layout.WRITER_LIBRARY
 
 
 @dataclasses.dataclass

@@ -10,6 +10,8 @@ import re
 import secrets
 import uuid as uuid_lib
 
+#: ``writer_version.library`` of the manifests we write.
+WRITER_LIBRARY = "airflow-lance"
 DATA_DIR = "data"
 VERSIONS_DIR = "_versions"
 TRANSACTIONS_DIR = "_transactions"

@@ -27,6 +27,8 @@ def needs_migration(manifest: table_pb2.Manifest) -> bool:
     """Whether some fragment's counts cannot be trusted (Lance's ``manifest_needs_migration``)."""
     if not manifest.HasField("writer_version"):
         return bool(manifest.fragments)
+    if manifest.writer_version.library == layout.WRITER_LIBRARY:
+        return False  # ours: counted when written (this check costs a pass over every fragment)
     return any(
         (f.files and f.physical_rows == 0)
         or (f.HasField("deletion_file") and f.deletion_file.num_deleted_rows == 0)
