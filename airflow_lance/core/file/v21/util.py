@@ -45,8 +45,52 @@ class Ctx:
             raise self.corrupt(reason)
 
 
+class LazyBuffer:
+    """A page buffer that is not read yet: :meth:`gather` reads only some of its byte ranges.
+
+    ``fetch(target, starts, lengths)`` fills ``target[s:s+l]`` for every range
+    from the file (the reader coalesces nearby ranges into one request).
+    The result of :meth:`gather` has the buffer's full size; bytes outside the
+    ranges are zeros (an untouched ``np.zeros`` array costs no memory until
+    written).
+    """
+
+    def __init__(self, fetch, size: int) -> None:
+        self._fetch = fetch
+        self.size = size
+        self._whole: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return self.size
+
+    def whole(self) -> np.ndarray:
+        if self._whole is None:
+            self._whole = self.gather(np.zeros(1, np.int64), np.array([self.size], np.int64))
+        return self._whole
+
+    def gather(self, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        if self._whole is not None:
+            return self._whole
+        target = np.zeros(self.size, dtype=np.uint8)
+        starts = np.asarray(starts, dtype=np.int64)
+        lengths = np.asarray(lengths, dtype=np.int64)
+        keep = lengths > 0
+        if bool(keep.any()):
+            self._fetch(target, starts[keep], lengths[keep])
+        return target
+
+
+def gather(buffer, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The bytes of ``buffer`` (at least the given ranges; a :class:`LazyBuffer` reads only them)."""
+    if isinstance(buffer, LazyBuffer):
+        return buffer.gather(starts, lengths)
+    return as_u8(buffer)
+
+
 def as_u8(buffer: pa.Buffer | bytes | np.ndarray) -> np.ndarray:
     """A read-only uint8 view of a buffer (no copy)."""
+    if isinstance(buffer, LazyBuffer):
+        return buffer.whole()
     if isinstance(buffer, np.ndarray):
         return buffer.view(np.uint8) if buffer.dtype != np.uint8 else buffer
     if len(buffer) == 0:
