@@ -70,6 +70,7 @@ MAX_ROWS = 2**32
 COALESCE_GAP = 256 * 1024
 #: The same for the partial reads of a page buffer (row reads) from a local file.
 LOCAL_COALESCE_GAP = 16 * 1024
+_SMALL_READ = 64 * 1024
 _MALFORMED = (IndexError, KeyError, ValueError, OverflowError, TypeError, struct.error, DecodeError,
               pa.ArrowException)
 
@@ -287,41 +288,34 @@ class LanceFileReader:
                         buffers.append(empty)
                         continue
                     if index in lazy[(column, number)]:
-                        buffers.append(LazyBuffer(self._range_fetcher(offset), size))
+                        buffers.append(self._lazy(offset, size))
                         continue
                     block = bisect.bisect_right(starts, offset) - 1
                     buffers.append(blocks[block].slice(offset - starts[block], size))
                 out[(column, number)] = buffers
         return out
 
-    def _range_fetcher(self, base: int):
-        """A ``LazyBuffer`` fetch for the buffer at file offset ``base``: ranges closer than
-        the gap are read with one request, straight into the target array."""
+    def _lazy(self, base: int, size: int) -> LazyBuffer:
+        """The buffer at file offset ``base`` as a ``LazyBuffer``: small ranges are read with
+        ``read_at`` (no seek, no buffer object), large ones as buffers."""
         gap = LOCAL_COALESCE_GAP if isinstance(self._source, (pa.OSFile, pa.MemoryMappedFile)) else COALESCE_GAP
 
-        def fetch(target: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> None:
-            ends = starts + lengths
-            new_run = np.ones(len(starts), dtype=bool)
-            new_run[1:] = starts[1:] > np.maximum.accumulate(ends)[:-1] + gap
-            heads = np.flatnonzero(new_run)
-            run_ends = np.maximum.reduceat(ends, heads)
-            for start, end in zip(starts[heads].tolist(), run_ends.tolist()):
-                if start < 0 or end > len(target):
-                    raise CorruptFileError(self.path, "byte range outside its page buffer")
-                self._read_into(base + start, target[start:end])
+        def read(offset: int, length: int):
+            if length <= _SMALL_READ:
+                return self._read_at(base + offset, length)
+            return self._read_range(base + offset, length)
 
-        return fetch
+        return LazyBuffer(read, size, gap)
 
-    def _read_into(self, offset: int, target: np.ndarray) -> None:
-        size = len(target)
+    def _read_at(self, offset: int, size: int) -> bytes:
         if offset < 0 or offset + size > self.file_size:
             raise CorruptFileError(self.path, f"byte range [{offset}, {offset + size}) outside the file")
-        self._source.seek(offset)
-        got = self._source.readinto(memoryview(target))
+        data = self._source.read_at(size, offset)
         self.reads += 1
         self.bytes_read += size
-        if got != size:
-            raise CorruptFileError(self.path, f"truncated: wanted {size} bytes at {offset}, got {got}")
+        if len(data) != size:
+            raise CorruptFileError(self.path, f"truncated: wanted {size} bytes at {offset}, got {len(data)}")
+        return data
 
     # ------------------------------------------------------------------ reading
 

@@ -55,6 +55,8 @@ from airflow_lance.core.file.v21.util import (
 
 Ranges = tuple[np.ndarray, np.ndarray]
 _MAX_BITS = 1 << 16
+#: Selections of fewer than 1 in this many values of the decoded chunks read values one by one.
+_DENSE = 4
 
 
 def kind(encoding: pb.CompressiveEncoding) -> str | None:
@@ -106,10 +108,16 @@ def decode(
     if decoder is None:
         raise ctx.unsupported(f"compressive encoding {which!r}")
     if select is not None and which in ("fsst", "general", "inline_bitpacking"):
-        return decoder(ctx, getattr(encoding, which), src, buffers, counts, block, select)
+        # single values out of bit-packed blocks cost more than unpacking the blocks when many are wanted
+        if which != "inline_bitpacking" or len(select) * _DENSE < int(counts.sum()):
+            return decoder(ctx, getattr(encoding, which), src, buffers, counts, block, select)
     out = decoder(ctx, getattr(encoding, which), src, buffers, counts, block)
     if select is None or (len(select) == out.n and (out.n == 0 or int(select[-1]) == out.n - 1)):
         return out
+    if isinstance(out, Fixed) and out.bits % 8 == 0 and len(select) and \
+            int(select[-1]) - int(select[0]) + 1 == len(select) and int(select[-1]) < out.n:
+        width = out.bits // 8  # a contiguous run: a slice
+        return Fixed(out.data[int(select[0]) * width: (int(select[-1]) + 1) * width], out.bits, len(select))
     return take(out, select, ctx)
 
 

@@ -103,6 +103,8 @@ def decode_page(
     if select is not None:
         select = np.asarray(select, dtype=np.int64)
         ctx.check(len(select) == 0 or (int(select[0]) >= 0 and int(select[-1]) < rows), "row selection outside the page")
+        if len(select) == rows:  # sorted, unique and in range: every row
+            select = None
     if which == "mini_block_layout":
         return _mini_block(ctx, layout.mini_block_layout, buffers, rows, select)
     if which == "full_zip_layout":
@@ -147,8 +149,7 @@ def _selected_entries(
     visible = defs <= visible_threshold(layers)
     if bool(visible.all()):
         return entry, entry
-    rank = np.cumsum(visible, dtype=np.int64) - 1
-    return entry, rank[entry[visible[entry]]]
+    return entry, np.searchsorted(np.flatnonzero(visible), entry[visible[entry]])
 
 
 def select_rows(ctx: Ctx, data: PageData, select: np.ndarray) -> PageData:
@@ -261,14 +262,22 @@ def _mini_block(
         else:
             chunk_starts, group = spans
             ends = np.cumsum(chunk_starts)
-            owner = np.searchsorted(ends, select, side="right")
-            chosen = np.flatnonzero(np.isin(group, group[owner]))
-            before = np.zeros(chunks, dtype=np.int64)
-            before[chosen] = exclusive_cumsum(chunk_starts[chosen])[:-1]
-            local = before[owner] + select - (ends - chunk_starts)[owner]
+            if len(select) and int(select[-1]) - int(select[0]) + 1 == len(select):
+                # a run of rows: the chunks from the first row's group to the last row's
+                first, last = np.searchsorted(ends, select[[0, -1]], side="right").tolist()
+                low, high = np.searchsorted(group, group[[first, last]]).tolist()
+                high = int(np.searchsorted(group, group[last], side="right"))
+                chosen = np.arange(low, high)
+                local = select - int((ends - chunk_starts)[low])
+            else:
+                owner = np.searchsorted(ends, select, side="right")
+                chosen = np.flatnonzero(np.isin(group, group[owner]))
+                before = np.zeros(chunks, dtype=np.int64)
+                before[chosen] = exclusive_cumsum(chunk_starts[chosen])[:-1]
+                local = before[owner] + select - (ends - chunk_starts)[owner]
             counts, sizes, starts = counts[chosen], sizes[chosen], starts[chosen]
             chunks = len(chosen)
-    data = gather(data, starts, sizes)
+    data, starts = gather(data, starts, sizes)
     value_kinds = compression.num_buffers(ctx, layout.value_compression)
     ctx.check(layout.num_buffers == value_kinds, f"num_buffers {layout.num_buffers}, encoding uses {value_kinds}")
     size_width = 4 if large else 2
@@ -369,8 +378,12 @@ def _full_zip(
         stride = word + value_bytes
         if select is None:
             data = as_u8(data)
-        else:
-            data = gather(data, select * stride, np.full(len(select), stride))
+        elif stride:
+            ctx.check(len(data) == entries * stride and entries == rows, "full-zip data size does not match its entries")
+            data, at = gather(data, select * stride, np.full(len(select), stride))
+            data = take_ranges(data, at, np.full(len(select), stride))
+            entries = rows = len(select)
+            select = None
         ctx.check(len(data) == entries * stride, "full-zip data size does not match its entries")
         matrix = data.reshape(entries, stride) if stride else data.reshape(entries, 0)
         if select is not None:
@@ -394,7 +407,8 @@ def _full_zip(
     row_starts = row_starts[:-1]
     if select is not None:
         row_starts, row_ends, rows = row_starts[select], row_ends[select], len(select)
-        data = gather(data, row_starts, row_ends - row_starts)
+        data, moved = gather(data, row_starts, row_ends - row_starts)
+        row_starts, row_ends = moved, moved + (row_ends - row_starts)
     else:
         data = as_u8(data)
     if bits_rep == 0:
