@@ -22,6 +22,10 @@ import pyarrow as pa
 from airflow_lance.core.file.v21.util import Ctx, as_u8, exclusive_cumsum
 
 TABLE_SIZE = 8 + 256 * 8 + 256
+#: Fewer codes than this are expanded one unit at a time (building the pair table costs more).
+_SMALL = 1 << 16
+#: Pair tables of recently decoded symbol tables (a page's table serves all its reads).
+_PAIR_TABLES: dict[tuple[bytes, int, bool], pa.Array] = {}
 _MAGIC = 0x46535354
 _ESCAPE = 255
 
@@ -109,6 +113,14 @@ def decode(ctx: Ctx, table: bytes, codes: np.ndarray, offsets: np.ndarray) -> tu
         unit_bytes[256:, 0] = np.arange(256, dtype=np.uint8)
         unit_len[256:] = 1
     m = len(units)
+    if m < _SMALL:  # few codes: expand each unit directly (no table of all pairs)
+        units = np.asarray(units, dtype=np.int64)
+        lengths = unit_len[units]
+        ends = np.cumsum(lengths)
+        index = np.repeat(units * 8 - (ends - lengths), lengths) + np.arange(int(ends[-1]) if m else 0)
+        out = unit_bytes.reshape(-1)[index]
+        starts = np.concatenate([[0], ends])
+        return out, starts[np.asarray(unit_before, dtype=np.int64)]
     pairs = m // 2
     if kinds == 256:
         # little-endian u16 view of two codes = first + 256 * second: no arithmetic needed
@@ -120,7 +132,14 @@ def decode(ctx: Ctx, table: bytes, codes: np.ndarray, offsets: np.ndarray) -> tu
         index[:pairs] = units[0: 2 * pairs: 2] + units[1: 2 * pairs: 2] * kinds
         if m & 1:
             index[pairs] = kinds * kinds + int(units[-1])
-    expanded = _pair_table(unit_bytes, unit_len, large=16 * len(index) >= 2**31).take(pa.array(index))
+    large = 16 * len(index) >= 2**31
+    key = (table, kinds, large)
+    pair_table = _PAIR_TABLES.get(key)
+    if pair_table is None:
+        if len(_PAIR_TABLES) >= 8:
+            _PAIR_TABLES.pop(next(iter(_PAIR_TABLES)))
+        pair_table = _PAIR_TABLES[key] = _pair_table(unit_bytes, unit_len, large=large)
+    expanded = pair_table.take(pa.array(index))
     width = 8 if expanded.type == pa.large_binary() else 4
     positions = np.frombuffer(expanded.buffers()[1], dtype=f"<i{width}", count=len(index) + 1)
     data = expanded.buffers()[2]

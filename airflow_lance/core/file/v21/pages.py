@@ -232,13 +232,34 @@ def _chunk_rows(
 def _mini_block(
     ctx: Ctx, layout: pb.MiniBlockLayout, buffers: list[pa.Buffer], rows: int, select: np.ndarray | None = None
 ) -> PageData:
-    has_rep, has_def = layout.HasField("rep_compression"), layout.HasField("def_compression")
-    has_dict = layout.HasField("dictionary")
-    ctx.check(len(buffers) >= 2 + has_dict, f"mini-block page with {len(buffers)} buffers")
-    large = layout.has_large_chunk
+    return mini_block_pages(ctx, [layout], [buffers], [rows], [select])
+
+
+def group_key(layout: pb.PageLayout) -> bytes | None:
+    """Pages of a column with equal keys decode together (:func:`mini_block_pages`): mini-block
+    pages with the same encodings (their item and dictionary counts aside); None: alone."""
+    if layout.WhichOneof("layout") != "mini_block_layout":
+        return None
+    key = pb.MiniBlockLayout()
+    key.CopyFrom(layout.mini_block_layout)
+    key.ClearField("num_items")
+    key.ClearField("num_dictionary_items")
+    return key.SerializeToString()
+
+
+class Ungroupable(Exception):
+    """Pages that cannot be decoded as one (their dictionaries cannot be concatenated)."""
+
+
+def _page_chunks(ctx: Ctx, layout: pb.MiniBlockLayout, buffers: list, rows: int, select: np.ndarray | None):
+    """One page's chunk sizes, value counts, byte starts (in the gathered data), the gathered
+    data, the positions of the selected rows among the decoded rows (None: all rows) and the
+    number of rows decoded."""
+    has_rep = layout.HasField("rep_compression")
+    ctx.check(len(buffers) >= 2 + layout.HasField("dictionary"), f"mini-block page with {len(buffers)} buffers")
+    entry = 4 if layout.has_large_chunk else 2
     meta = as_u8(buffers[0])
     data = buffers[1]
-    entry = 4 if large else 2
     ctx.check(len(meta) % entry == 0, "chunk metadata size is not a multiple of its entries")
     meta_values = meta.view(f"<u{entry}").astype(np.int64)
     chunks = len(meta_values)
@@ -247,6 +268,7 @@ def _mini_block(
     logs = meta_values & 0xF
     ctx.check(int(sizes.sum()) == len(data), f"chunk sizes add up to {int(sizes.sum())}, not {len(data)} bytes")
     ctx.check(chunks > 0 or num_values == 0, "mini-block page without chunks")
+    ctx.check(has_rep or num_values == rows, f"{num_values} values in a page of {rows} rows")
     counts = np.left_shift(1, logs)
     if chunks:
         ctx.check(bool(np.all(logs[:-1] > 0)), "a chunk other than the last has no value count")
@@ -254,8 +276,8 @@ def _mini_block(
         ctx.check(int(counts[-1]) > 0, "chunk value counts exceed the page's values")
     starts = exclusive_cumsum(sizes)[:-1]
     local = None  # positions of the selected rows among the rows of the decoded chunks
+    decoded = rows
     if select is not None:
-        ctx.check(has_rep or num_values == rows, f"{num_values} values in a page of {rows} rows")
         spans = _chunk_rows(ctx, layout, buffers, counts, rows, has_rep) if chunks else None
         if spans is None:
             local = select
@@ -265,7 +287,7 @@ def _mini_block(
             if len(select) and int(select[-1]) - int(select[0]) + 1 == len(select):
                 # a run of rows: the chunks from the first row's group to the last row's
                 first, last = np.searchsorted(ends, select[[0, -1]], side="right").tolist()
-                low, high = np.searchsorted(group, group[[first, last]]).tolist()
+                low = int(np.searchsorted(group, group[first]))
                 high = int(np.searchsorted(group, group[last], side="right"))
                 chosen = np.arange(low, high)
                 local = select - int((ends - chunk_starts)[low])
@@ -276,11 +298,73 @@ def _mini_block(
                 before[chosen] = exclusive_cumsum(chunk_starts[chosen])[:-1]
                 local = before[owner] + select - (ends - chunk_starts)[owner]
             counts, sizes, starts = counts[chosen], sizes[chosen], starts[chosen]
-            chunks = len(chosen)
+            decoded = int(chunk_starts[chosen].sum())
     data, starts = gather(data, starts, sizes)
+    return sizes, counts, starts, data, local, decoded
+
+
+def _concat_blocks(ctx: Ctx, blocks: list[Block]) -> Block:
+    """Dictionaries of several pages back to back (fixed byte-wide or variable-width values)."""
+    if len(blocks) == 1:
+        return blocks[0]
+    if all(isinstance(b, Fixed) and b.bits % 8 == 0 and b.bits == blocks[0].bits for b in blocks):
+        width = blocks[0].bits // 8
+        return Fixed(np.concatenate([b.data[: b.n * width] for b in blocks]), blocks[0].bits, sum(b.n for b in blocks))
+    if all(isinstance(b, Variable) for b in blocks):
+        shifts = exclusive_cumsum([len(b.data) for b in blocks])
+        offsets = np.concatenate([b.offsets[:-1] + shift for b, shift in zip(blocks, shifts[:-1])]
+                                 + [np.array([shifts[-1]], dtype=np.int64)])
+        return Variable(offsets, np.concatenate([b.data for b in blocks]), sum(b.n for b in blocks))
+    raise Ungroupable()
+
+
+def mini_block_pages(
+    ctx: Ctx,
+    layouts: list[pb.MiniBlockLayout],
+    page_buffers: list[list],
+    page_rows: list[int],
+    selects: list[np.ndarray | None],
+) -> PageData:
+    """Decode consecutive mini-block pages of one column with equal encodings (see
+    :func:`group_key`) as one: their chunks are decoded together, dictionaries concatenated
+    (indices shifted), so the per-page work is only reading each page's chunk table.
+    ``selects``: every page's selected rows, or all None. Raises :class:`Ungroupable` when
+    the pages' dictionaries cannot be concatenated."""
+    layout = layouts[0]
+    has_rep, has_def = layout.HasField("rep_compression"), layout.HasField("def_compression")
+    has_dict = layout.HasField("dictionary")
+    sizes_, counts_, starts_, data_, locals_, dict_blocks, dict_bases = [], [], [], [], [], [], []
+    base_bytes = decoded_rows = out_rows = dict_base = 0
+    for page_layout, buffers, rows, select in zip(layouts, page_buffers, page_rows, selects):
+        sizes, counts, starts, data, local, decoded = _page_chunks(ctx, page_layout, buffers, rows, select)
+        sizes_.append(sizes)
+        counts_.append(counts)
+        starts_.append(starts + base_bytes)
+        data_.append(data)
+        base_bytes += len(data)
+        if local is not None:
+            locals_.append(local + decoded_rows)
+        decoded_rows += decoded
+        out_rows += rows if select is None else len(select)
+        if has_dict:
+            dict_data = as_u8(buffers[2])
+            dict_blocks.append(compression.decode(ctx, page_layout.dictionary, dict_data,
+                                                  [(np.zeros(1, np.int64), np.array([len(dict_data)]))],
+                                                  np.array([page_layout.num_dictionary_items]), block=True))
+            dict_bases.append(np.full(len(counts), dict_base, dtype=np.int64))
+            dict_base += page_layout.num_dictionary_items
+    single = len(layouts) == 1
+    dictionary = _concat_blocks(ctx, dict_blocks) if has_dict else None
+    sizes = sizes_[0] if single else np.concatenate(sizes_)
+    counts = counts_[0] if single else np.concatenate(counts_)
+    starts = starts_[0] if single else np.concatenate(starts_)
+    data = data_[0] if single else np.concatenate(data_)
+    local = None if not locals_ else locals_[0] if single else np.concatenate(locals_)
+    chunks = len(counts)
+    rows = decoded_rows
     value_kinds = compression.num_buffers(ctx, layout.value_compression)
     ctx.check(layout.num_buffers == value_kinds, f"num_buffers {layout.num_buffers}, encoding uses {value_kinds}")
-    size_width = 4 if large else 2
+    size_width = 4 if layout.has_large_chunk else 2
     header = 2 + 2 * has_rep + 2 * has_def + size_width * value_kinds
     ctx.check(bool(np.all(sizes >= header)), "chunk smaller than its header")
     head = data[(starts[:, None] + np.arange(header)).reshape(-1)].reshape(chunks, header)
@@ -302,11 +386,10 @@ def _mini_block(
     ctx.check(bool(np.all(cursor <= starts + sizes)), "chunk buffers exceed the chunk")
     rep = defs = None
     entries = int(counts.sum())
-    ctx.check(has_rep or local is not None or num_values == rows, f"{num_values} values in a page of {rows} rows")
     if has_rep or has_def:
         ctx.check(bool(np.all(levels_in_chunk >= counts)), "chunk has fewer levels than values")
         entries = int(levels_in_chunk.sum())
-        ctx.check(not has_def or has_rep or local is not None or entries == rows, "levels do not match the page's rows")
+        ctx.check(not has_def or has_rep or entries == rows, "levels do not match the page's rows")
         if has_rep:
             rep = compression.decode_levels(ctx, layout.rep_compression, data, rep_ranges, levels_in_chunk)
         if has_def:
@@ -318,16 +401,20 @@ def _mini_block(
             value_select = entry
         rep = None if rep is None else rep[entry]
         defs = None if defs is None else defs[entry]
-        entries, rows = len(entry), len(local)
+        entries = len(entry)
     values = compression.decode(ctx, layout.value_compression, data, value_ranges, counts, block=False,
                                 select=value_select)
-    dictionary = None
-    if has_dict:
-        dict_data = as_u8(buffers[2])
-        dictionary = compression.decode(ctx, layout.dictionary, dict_data,
-                                        [(np.zeros(1, np.int64), np.array([len(dict_data)]))],
-                                        np.array([layout.num_dictionary_items]), block=True)
-    return PageData(rows, list(layout.layers), entries, rep, defs, values, dictionary)
+    if has_dict and not single and dict_base > (dict_bases[0][0] if dict_bases else 0):
+        # indices of each page's values point into its own dictionary: shift them to the concatenation
+        shift = np.repeat(np.concatenate(dict_bases), counts)
+        if value_select is not None:
+            shift = shift[value_select]
+        if not isinstance(values, Fixed) or values.bits not in (8, 16, 32, 64):
+            raise Ungroupable()
+        width = values.bits // 8
+        indices = values.data[: values.n * width].view(f"<u{width}").astype(np.int64) + shift
+        values = Fixed(indices.astype("<u8").view(np.uint8), 64, values.n)
+    return PageData(out_rows, list(layout.layers), entries, rep, defs, values, dictionary)
 
 
 # ----------------------------------------------------------------------------- full-zip

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from airflow_lance.core._proto import file_pb2
-from airflow_lance.core.errors import UnsupportedFeatureError
+from airflow_lance.core.errors import LanceError, UnsupportedFeatureError
 from airflow_lance.core.file.v21 import pages as page_codec
 from airflow_lance.core.file.v21.blocks import Fixed, Variable, bitmap, take, to_arrow
 from airflow_lance.core.file.v21.structure import ITEM, LIST, Level, check_layers, unravel
@@ -123,24 +123,66 @@ class Assembler21:
         selects = page_selection(metadata, self.selection, entries_per_row)
         per_page_levels: list[list[Level]] = []
         leaves: list[pa.Array] = []
-        for number, page in enumerate(metadata.pages):
-            select = None if selects is None else selects.get(number)
-            if selects is not None and select is None:
+        for numbers in self._page_groups(column, leaf, metadata, selects, leaf_type):
+            ctx = self._ctx(leaf, column, numbers[0])
+            layouts = [page_codec.parse_layout(self._ctx(leaf, column, n), metadata.pages[n].encoding)
+                       for n in numbers]
+            data = None
+            if len(numbers) > 1:
+                try:
+                    data = page_codec.mini_block_pages(
+                        ctx, [layout.mini_block_layout for layout in layouts],
+                        [self.buffers[(column, n)] for n in numbers], [metadata.pages[n].length for n in numbers],
+                        [None if selects is None else selects[n] for n in numbers])
+                except page_codec.Ungroupable:
+                    data = None
+            if data is None:
+                for n, layout in zip(numbers, layouts):
+                    select = None if selects is None else selects[n]
+                    page_ctx = self._ctx(leaf, column, n)
+                    self._decode_one(page_ctx, page_codec.decode_page(
+                        page_ctx, layout, self.buffers[(column, n)], metadata.pages[n].length, select),
+                        kinds, leaf_type, metadata.pages[n].length if select is None else len(select),
+                        per_page_levels, leaves)
                 continue
-            ctx = self._ctx(leaf, column, number)
-            layout = page_codec.parse_layout(ctx, page.encoding)
-            data = page_codec.decode_page(ctx, layout, self.buffers[(column, number)], page.length, select)
-            check_layers(ctx, data.layers, kinds)
-            structure = unravel(ctx, data.rep, data.defs, data.layers, data.entries)
-            top = structure.levels[0].length
-            expected = page.length if select is None else len(select)
-            if top != expected:
-                raise ctx.corrupt(f"page has {top} rows, its metadata says {expected}")
-            leaves.append(self._leaf_array(ctx, data, structure.leaf_count, structure.leaf_valid, leaf_type))
-            per_page_levels.append(structure.levels)
+            expected = sum(metadata.pages[n].length if selects is None else len(selects[n]) for n in numbers)
+            self._decode_one(ctx, data, kinds, leaf_type, expected, per_page_levels, leaves)
         levels = _concat_levels(per_page_levels, len(path)) if per_page_levels else [
             Level(0, None, np.zeros(1, np.int64) if kind == LIST else None) for kind in kinds]
         return _Column(levels, leaves)
+
+    def _page_groups(self, column, leaf, metadata, selects, leaf_type) -> list[list[int]]:
+        """The pages to decode (those holding selected rows), consecutive mini-block pages with
+        equal encodings grouped (decoded as one; not for Arrow dictionary columns, whose index
+        type may not hold the concatenated dictionaries)."""
+        numbers = range(len(metadata.pages)) if selects is None else sorted(selects)
+        groups: list[list[int]] = []
+        last_key = None
+        for number in numbers:
+            key = None
+            if not pa.types.is_dictionary(leaf_type):
+                try:
+                    key = page_codec.group_key(page_codec.parse_layout(self._ctx(leaf, column, number),
+                                                                       metadata.pages[number].encoding))
+                except LanceError:
+                    key = None
+            if key is not None and key == last_key and groups:
+                groups[-1].append(number)
+            else:
+                groups.append([number])
+            last_key = key
+        return groups
+
+    def _decode_one(self, ctx: Ctx, data: page_codec.PageData, kinds, leaf_type, expected: int,
+                    per_page_levels: list, leaves: list) -> None:
+        """Levels and leaf values of a decoded page (or group of pages)."""
+        check_layers(ctx, data.layers, kinds)
+        structure = unravel(ctx, data.rep, data.defs, data.layers, data.entries)
+        top = structure.levels[0].length
+        if top != expected:
+            raise ctx.corrupt(f"page has {top} rows, its metadata says {expected}")
+        leaves.append(self._leaf_array(ctx, data, structure.leaf_count, structure.leaf_valid, leaf_type))
+        per_page_levels.append(structure.levels)
 
     def _leaf_array(self, ctx: Ctx, data: page_codec.PageData, count: int, valid, dtype: pa.DataType) -> pa.Array:
         if data.blobs is not None:
