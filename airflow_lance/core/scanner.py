@@ -49,6 +49,8 @@ _OFFSET_MASK = np.uint64((1 << 32) - 1)
 FIRST_BATCH_ROWS = 8192
 BATCH_GROWTH = 4
 MAX_BATCH_ROWS = 1 << 20
+#: A filtered scan reads the other columns row by row when fewer than 1 in this many rows match.
+LATE_FRACTION = 8
 
 
 def has_stable_row_ids(dataset: LanceDataset) -> bool:
@@ -186,6 +188,9 @@ class _Plan:
             raise InvalidInputError("a start row needs a scan without a filter")
         if (stop is not None or start) and (self.filter is None or self.filter_columns):
             return self._read_first(fragment, stop, start)
+        if self.filter is not None and self.filter_columns and any(
+                f.name not in self.filter_columns for f in self.projection.top_level()):
+            return self._read_late(fragment)
         table = self._select(self._physical(fragment), fragment, live_offsets(self.dataset, fragment))
         if self.filter is not None:
             if not self.filter_columns:  # a constant filter
@@ -193,6 +198,33 @@ class _Plan:
             else:
                 table = table.filter(_filter_mask(table.select(self.filter_columns), self.filter))
         return table if stop is None else table.slice(0, stop)
+
+    def _read_late(self, fragment: FragmentMetadata) -> pa.Table:
+        """A filtered read: the filter's columns first, then the other columns of the matching rows
+        only (row reads when few match, one read of the fragment otherwise)."""
+        live = live_offsets(self.dataset, fragment)
+        offsets = np.arange(fragment.physical_rows, dtype=np.int64) if live is None else live.astype(np.int64)
+        real = [name for name in self.filter_columns if name not in self.special]
+        names = [f.name for f in self.projection.top_level()]
+        others = [name for name in names if name not in real]
+        with FragmentReader(self.dataset.store, fragment) as reader:
+            filtered = self._rows_at(reader, fragment, offsets, self.dataset.lance_schema.project(real)) \
+                if live is not None else self._with_special(
+                    reader.read(self.dataset.lance_schema.project(real)) if real else
+                    _rows(pa.table({}), fragment.physical_rows), fragment, offsets)
+            mask = _filter_mask(filtered.select(self.filter_columns), self.filter)
+            hits = np.flatnonzero(mask.fill_null(False).to_numpy(zero_copy_only=False))
+            if hits.size * LATE_FRACTION <= offsets.size:
+                return self._rows_at(reader, fragment, offsets[hits])
+            rest = reader.read(self.dataset.lance_schema.project(others))
+        if live is not None:
+            rest = rest.take(pa.array(live))
+        keep = pa.array(hits)
+        rest, filtered = rest.take(keep), filtered.take(keep)
+        columns = [filtered.column(name) if name in real else rest.column(name) for name in names]
+        table = pa.Table.from_arrays(columns, schema=self.projection.to_arrow()) if columns else \
+            _rows(pa.table({}), hits.size)
+        return self._with_special(table, fragment, offsets[hits])
 
     def _read_first(self, fragment: FragmentMetadata, stop: int | None, start: int = 0) -> pa.Table:
         live = live_offsets(self.dataset, fragment)

@@ -107,7 +107,8 @@ def decode(
     decoder = _DECODERS.get(which)
     if decoder is None:
         raise ctx.unsupported(f"compressive encoding {which!r}")
-    if select is not None and which in ("fsst", "general", "inline_bitpacking"):
+    if select is not None and which in ("fsst", "general", "inline_bitpacking") or (
+            select is not None and which == "variable" and not block):
         # single values out of bit-packed blocks cost more than unpacking the blocks when many are wanted
         if which != "inline_bitpacking" or len(select) * _DENSE < int(counts.sum()):
             return decoder(ctx, getattr(encoding, which), src, buffers, counts, block, select)
@@ -175,7 +176,7 @@ def _constant(ctx, constant: pb.Constant, src, buffers, counts, block) -> Block:
     return Fixed(np.tile(value, total), 8 * len(value), total)
 
 
-def _variable(ctx, variable: pb.Variable, src, buffers, counts, block) -> Block:
+def _variable(ctx, variable: pb.Variable, src, buffers, counts, block, select=None) -> Block:
     starts, sizes = _one(ctx, buffers, "variable")
     if kind(variable.offsets) != "flat" or variable.offsets.flat.bits_per_value not in (32, 64):
         raise ctx.unsupported("variable offsets that are not flat 32/64-bit")
@@ -198,6 +199,13 @@ def _variable(ctx, variable: pb.Variable, src, buffers, counts, block) -> Block:
     steps[boundary] = 0
     ctx.check(bool(np.all(steps >= 0)), "variable-width offsets are not monotonic")
     lengths = last - first
+    if select is not None:  # only the selected values' bytes are copied
+        keep = np.ones(len(offsets), dtype=bool)
+        keep[ends[1:] - 1] = False
+        value_start = offsets[keep] + np.repeat(starts, counts)
+        value_end = offsets[1:][keep[:-1]] + np.repeat(starts, counts)
+        begin, size = value_start[select], (value_end - value_start)[select]
+        return Variable(exclusive_cumsum(size), take_ranges(src, begin, size), len(select))
     data = take_ranges(src, starts + first, lengths)
     keep = np.ones(len(offsets), dtype=bool)
     keep[ends[1:] - 1] = False

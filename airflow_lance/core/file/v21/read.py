@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from airflow_lance.core.file.reader import LanceFileReader
 
 _INT32_MAX = 2**31 - 1
+#: Mini-block pages with at most this many bytes of chunk data are decoded in groups.
+GROUP_PAGE_BYTES = 1 << 20
 
 
 @dataclass
@@ -160,7 +162,9 @@ class Assembler21:
         last_key = None
         for number in numbers:
             key = None
-            if not pa.types.is_dictionary(leaf_type):
+            sizes = metadata.pages[number].buffer_sizes
+            # small pages only: grouping copies the pages' chunk data into one buffer
+            if not pa.types.is_dictionary(leaf_type) and len(sizes) > 1 and sizes[1] <= GROUP_PAGE_BYTES:
                 try:
                     key = page_codec.group_key(page_codec.parse_layout(self._ctx(leaf, column, number),
                                                                        metadata.pages[number].encoding))
