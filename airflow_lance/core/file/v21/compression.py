@@ -284,12 +284,22 @@ def _inline_bitpacking(ctx, inline: pb.InlineBitpacking, src, buffers, counts, b
         words = src[: len(src) // word * word].view(fixed_dtype(bits))
         values = bitpack.unpack_at(words, position[owner] // word, element, width[owner], bits)
         return Fixed(values.view(np.uint8), bits, len(select))
-    values = np.empty((len(position), bitpack.BLOCK), dtype=fixed_dtype(bits))
-    for w in np.unique(width).tolist():
-        sel = np.flatnonzero(width == w)
-        packed = take_ranges(src, position[sel], np.full(len(sel), w * (bitpack.BLOCK // 8)))
-        words = packed.view(fixed_dtype(bits)).reshape(len(sel), w * bitpack.BLOCK // bits)
-        values[sel] = bitpack.unpack(words, w, bits)
+    widths_used = np.unique(width).tolist()
+    if len(widths_used) == 1:  # one width (common): the unpacked blocks need no scatter
+        w = widths_used[0]
+        packed = take_ranges(src, position, np.full(len(position), w * (bitpack.BLOCK // 8)))
+        values = bitpack.unpack(packed.view(fixed_dtype(bits)).reshape(len(position), w * bitpack.BLOCK // bits),
+                                w, bits)
+    else:
+        values = np.empty((len(position), bitpack.BLOCK), dtype=fixed_dtype(bits))
+        for w in widths_used:
+            sel = np.flatnonzero(width == w)
+            packed = take_ranges(src, position[sel], np.full(len(sel), w * (bitpack.BLOCK // 8)))
+            words = packed.view(fixed_dtype(bits)).reshape(len(sel), w * bitpack.BLOCK // bits)
+            values[sel] = bitpack.unpack(words, w, bits)
+    if bool(np.all(out_start[1:] > out_start[:-1])) and bool(np.all(take[:-1] == bitpack.BLOCK)):
+        # blocks in order, all full but the last: the values are the unpacked blocks' prefix
+        return Fixed(values.reshape(-1)[:total].view(np.uint8), bits, total)
     order = np.argsort(out_start, kind="stable")
     data = take_ranges(values.reshape(-1), order * bitpack.BLOCK, take[order])
     return Fixed(data.view(np.uint8), bits, total)

@@ -154,7 +154,7 @@ class Assembler21:
         return _Column(levels, leaves)
 
     def _page_groups(self, column, leaf, metadata, selects, leaf_type) -> list[list[int]]:
-        """The pages to decode (those holding selected rows), consecutive mini-block pages with
+        """The pages to decode (those holding selected rows); for row reads, mini-block pages with
         equal encodings grouped (decoded as one; not for Arrow dictionary columns, whose index
         type may not hold the concatenated dictionaries)."""
         numbers = range(len(metadata.pages)) if selects is None else sorted(selects)
@@ -163,8 +163,10 @@ class Assembler21:
         for number in numbers:
             key = None
             sizes = metadata.pages[number].buffer_sizes
-            # small pages only: grouping copies the pages' chunk data into one buffer
-            if not pa.types.is_dictionary(leaf_type) and len(sizes) > 1 and sizes[1] <= GROUP_PAGE_BYTES:
+            # row reads of small pages only: grouping copies the pages' chunk data into one buffer, and
+            # full reads of small pages run faster page by page (cache-sized arrays)
+            if selects is not None and not pa.types.is_dictionary(leaf_type) and len(sizes) > 1 \
+                    and sizes[1] <= GROUP_PAGE_BYTES:
                 try:
                     key = page_codec.group_key(page_codec.parse_layout(self._ctx(leaf, column, number),
                                                                        metadata.pages[number].encoding))
