@@ -13,7 +13,9 @@ by us and by pylance; results are checked equal. Cases:
 * ``late_limit``: ``ds.to_table(filter="id >= 1,900,000", limit=100)`` (matches only in the last fragment);
 * ``scan``/``projection``: full scan, ``[id, score]`` projection.
 
-Medians of --reps runs. Ratio = our time / pylance's ("x slower" > 1 means we are slower).
+Medians of --reps runs, wall time and CPU time (all threads of the process:
+pylance decodes on several threads, we on one; on a loaded machine the CPU
+ratio is the steadier one). Ratio = ours / pylance's (> 1: we are slower).
 """
 
 from __future__ import annotations
@@ -34,7 +36,9 @@ import lance as pylance  # noqa: E402  (the oracle: bench-only)
 
 import airflow_lance.core as ours  # noqa: E402
 from anchor_data import anchor_table  # noqa: E402
-from bench_common import timed  # noqa: E402
+import gc  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
 
 TAKE = 10_000
 CASES = ("take", "limit", "filter_limit", "late_limit", "scan", "projection")
@@ -54,6 +58,19 @@ def case_calls(rows: int, seed: int = 7) -> dict[str, tuple]:
     }
 
 
+def timed2(fn, reps: int) -> tuple[float, float]:
+    """Median wall and CPU seconds of ``reps`` runs (results freed, gc run, between runs)."""
+    walls, cpus = [], []
+    for _ in range(reps):
+        gc.collect()
+        wall, cpu = time.perf_counter(), time.process_time()
+        result = fn()
+        walls.append(time.perf_counter() - wall)
+        cpus.append(time.process_time() - cpu)
+        del result
+    return statistics.median(walls), statistics.median(cpus)
+
+
 def bench_variant(name: str, writer: str, rows: int, reps: int, cases: list[str], tmp: pathlib.Path) -> list[dict]:
     table = anchor_table(rows, wide=(name == "wide"))
     path = str(tmp / f"{name}-{writer}-2.2")
@@ -69,10 +86,11 @@ def bench_variant(name: str, writer: str, rows: int, reps: int, cases: list[str]
         mine, theirs = fn(ours.dataset(path)), fn(pylance.dataset(path))
         assert mine.equals(theirs), f"{case}: our result differs from pylance's"
         del mine, theirs
-        t_ours = timed(lambda: fn(ours.dataset(path)), reps)
-        t_pl = timed(lambda: fn(pylance.dataset(path)), reps)
+        t_ours, c_ours = timed2(lambda: fn(ours.dataset(path)), reps)
+        t_pl, c_pl = timed2(lambda: fn(pylance.dataset(path)), reps)
         results.append({"variant": name, "writer": writer, "case": case, "ours_s": t_ours, "pylance_s": t_pl,
-                        "ratio": t_ours / t_pl})
+                        "ratio": t_ours / t_pl, "ours_cpu_s": c_ours, "pylance_cpu_s": c_pl,
+                        "cpu_ratio": c_ours / c_pl})
     return results
 
 
@@ -88,7 +106,8 @@ def main() -> None:
     cases = args.cases.split(",")
     print(f"pylance {pylance.__version__}, rows={args.rows:,}, median of {args.reps}, "
           f"load average {os.getloadavg()[0]:.2f}")
-    print(f"{'variant':7s} {'writer':8s} {'case':13s} {'ours s':>9s} {'pylance s':>9s} {'x slower':>9s}")
+    print(f"{'variant':7s} {'writer':8s} {'case':13s} {'ours s':>9s} {'pylance s':>9s} {'x slower':>9s}"
+          f" {'ours cpu':>9s} {'pl cpu':>9s} {'cpu x':>6s}")
     all_results = []
     with tempfile.TemporaryDirectory(prefix="lance-bench-reads-") as tmp:
         for variant in args.variants.split(","):
@@ -96,7 +115,8 @@ def main() -> None:
                 for row in bench_variant(variant, writer, args.rows, args.reps, cases, pathlib.Path(tmp)):
                     all_results.append(row)
                     print(f"{variant:7s} {writer:8s} {row['case']:13s} {row['ours_s']:9.4f} {row['pylance_s']:9.4f} "
-                          f"{row['ratio']:9.2f}", flush=True)
+                          f"{row['ratio']:9.2f} {row['ours_cpu_s']:9.4f} {row['pylance_cpu_s']:9.4f} "
+                          f"{row['cpu_ratio']:6.2f}", flush=True)
                 shutil.rmtree(tmp, ignore_errors=True)
                 pathlib.Path(tmp).mkdir(exist_ok=True)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
