@@ -16,7 +16,11 @@ requested rows by fragment with numpy and read only the fragments they touch.
 
 from __future__ import annotations
 
+import collections
+import itertools
+import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -49,6 +53,8 @@ _OFFSET_MASK = np.uint64((1 << 32) - 1)
 FIRST_BATCH_ROWS = 8192
 BATCH_GROWTH = 4
 MAX_BATCH_ROWS = 1 << 20
+#: Threads decoding the fragments of a scan without limit/offset (1: in the calling thread).
+READ_THREADS = min(os.cpu_count() or 1, 8)
 #: A filtered scan reads the other columns row by row when fewer than 1 in this many rows match.
 LATE_FRACTION = 8
 
@@ -324,6 +330,9 @@ class LanceScanner:
         return self._dataset.schema
 
     def _tables(self) -> Iterator[pa.Table]:
+        if self._limit is None and self._offset is None and READ_THREADS > 1 and len(self._fragments) > 1:
+            yield from self._parallel_tables()
+            return
         skip, remaining = self._offset or 0, self._limit
         for fragment in self._fragments:
             if remaining == 0:
@@ -344,6 +353,22 @@ class LanceScanner:
                 remaining -= table.num_rows
             if table.num_rows:
                 yield self._plan.finish(table)
+
+    def _parallel_tables(self) -> Iterator[pa.Table]:
+        """A scan without limit/offset: fragments decoded on READ_THREADS threads (numpy and
+        pyarrow release the GIL in their loops), results in fragment order, at most one
+        fragment per thread read ahead."""
+        workers = min(READ_THREADS, len(self._fragments))
+        fragments = iter(self._fragments)
+        with ThreadPoolExecutor(workers, thread_name_prefix="lance-read") as pool:
+            pending = collections.deque(pool.submit(self._plan.read, f) for f in itertools.islice(fragments, workers))
+            while pending:
+                table = pending.popleft().result()
+                following = next(fragments, None)
+                if following is not None:
+                    pending.append(pool.submit(self._plan.read, following))
+                if table.num_rows:
+                    yield self._plan.finish(table)
 
     def to_batches(self) -> Iterator[pa.RecordBatch]:
         for table in self._tables():

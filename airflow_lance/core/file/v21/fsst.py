@@ -16,6 +16,8 @@ pair of codes is looked up in a table of all pairs with pyarrow's ``take``.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pyarrow as pa
 
@@ -26,6 +28,7 @@ TABLE_SIZE = 8 + 256 * 8 + 256
 _SMALL = 1 << 16
 #: Pair tables of recently decoded symbol tables (a page's table serves all its reads).
 _PAIR_TABLES: dict[tuple[bytes, int, bool], pa.Array] = {}
+_PAIR_LOCK = threading.Lock()
 _MAGIC = 0x46535354
 _ESCAPE = 255
 
@@ -136,9 +139,11 @@ def decode(ctx: Ctx, table: bytes, codes: np.ndarray, offsets: np.ndarray) -> tu
     key = (table, kinds, large)
     pair_table = _PAIR_TABLES.get(key)
     if pair_table is None:
-        if len(_PAIR_TABLES) >= 8:
-            _PAIR_TABLES.pop(next(iter(_PAIR_TABLES)))
-        pair_table = _PAIR_TABLES[key] = _pair_table(unit_bytes, unit_len, large=large)
+        pair_table = _pair_table(unit_bytes, unit_len, large=large)
+        with _PAIR_LOCK:  # scans decode fragments on several threads
+            if len(_PAIR_TABLES) >= 8:
+                _PAIR_TABLES.pop(next(iter(_PAIR_TABLES)))
+            _PAIR_TABLES[key] = pair_table
     expanded = pair_table.take(pa.array(index))
     width = 8 if expanded.type == pa.large_binary() else 4
     positions = np.frombuffer(expanded.buffers()[1], dtype=f"<i{width}", count=len(index) + 1)
