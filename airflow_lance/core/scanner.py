@@ -48,8 +48,9 @@ ROW_ID = "_rowid"
 ROW_ADDR = "_rowaddr"
 _SPECIAL = (ROW_ID, ROW_ADDR)
 _OFFSET_MASK = np.uint64((1 << 32) - 1)
-#: Rows of the first batch of a filtered scan with a limit; each next batch is BATCH_GROWTH times
-#: larger, up to the maximum (few batches when matches are rare, little waste when they are not).
+#: Rows of the first batch of a filtered scan with a limit; a batch without matches makes the next
+#: BATCH_GROWTH times larger, one with matches sizes the next for the rows still wanted at the rate
+#: seen; up to the maximum, carried on to the next fragment.
 FIRST_BATCH_ROWS = 8192
 BATCH_GROWTH = 4
 MAX_BATCH_ROWS = 1 << 20
@@ -144,6 +145,7 @@ class _Plan:
         real = list(dict.fromkeys(name for name in needed if name not in self.special))
         self.projection = dataset.lance_schema.project(real)
         self.stable = has_stable_row_ids(dataset) if self.special else False
+        self.batch_rows = FIRST_BATCH_ROWS  # rows of the next batch of a filtered scan with a limit
 
     # -- per fragment ----------------------------------------------------------------------------
     def _with_special(self, table: pa.Table, fragment: FragmentMetadata, offsets: np.ndarray) -> pa.Table:
@@ -246,7 +248,7 @@ class _Plan:
             real = [name for name in self.filter_columns if name not in self.special]
             filter_projection = self.dataset.lance_schema.project(real)
             hits: list[np.ndarray] = []
-            found, start, batch = 0, 0, FIRST_BATCH_ROWS
+            found, start, batch = 0, 0, self.batch_rows
             while start < total and found < stop:
                 rows = offsets(start, min(start + batch, total))
                 table = self._rows_at(reader, fragment, rows, filter_projection)
@@ -255,7 +257,12 @@ class _Plan:
                 hits.append(rows[hit[: stop - found]])
                 found += min(hit.size, stop - found)
                 start += len(rows)
-                batch = min(batch * BATCH_GROWTH, MAX_BATCH_ROWS)
+                if hit.size:  # enough rows for the rest at the rate seen, with a margin
+                    batch = int((stop - found) * len(rows) / hit.size * 1.25) + 1
+                    batch = min(max(batch, FIRST_BATCH_ROWS), MAX_BATCH_ROWS)
+                else:
+                    batch = min(batch * BATCH_GROWTH, MAX_BATCH_ROWS)
+            self.batch_rows = batch  # the next fragment goes on from here
             chosen = np.concatenate(hits) if hits else np.zeros(0, dtype=np.int64)
             return self._rows_at(reader, fragment, chosen)
 

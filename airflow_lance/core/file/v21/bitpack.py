@@ -182,21 +182,10 @@ def pack_ones(positions: np.ndarray, blocks: int, bits: int) -> np.ndarray:
     return packed.astype(np.dtype(f"<u{bits // 8}")).reshape(blocks, lanes)
 
 
-_LANE_AND_WEIGHT: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-
-
 def _lane_and_weight(bits: int) -> tuple[np.ndarray, np.ndarray]:
     """For every element of a block: its lane and the bit of its row (``2 ** row``) at width 1."""
-    if bits not in _LANE_AND_WEIGHT:
-        lanes = BLOCK // bits
-        lane = np.empty(BLOCK, dtype=np.int64)
-        weight = np.empty(BLOCK, dtype=np.float64)
-        for row in range(bits):
-            base = _row_base(row)
-            lane[base: base + lanes] = np.arange(lanes)
-            weight[base: base + lanes] = float(1 << row)
-        _LANE_AND_WEIGHT[bits] = (lane, weight)
-    return _LANE_AND_WEIGHT[bits]
+    lane, row = _lane_and_row(bits)
+    return lane, np.ldexp(1.0, row)
 
 
 def bits_needed(max_value: int) -> int:
