@@ -56,7 +56,7 @@ class FragmentReader:
 
     Deletions are not applied (``read_fragment`` does that). A row read decodes
     only the pages (2.1+: chunks) holding the rows; legacy files are read whole
-    once per projection and then taken from. ``reads`` counts file reads.
+    once per projection and then taken from.
     """
 
     def __init__(self, store: ObjectStore, fragment: FragmentMetadata) -> None:
