@@ -11,6 +11,7 @@ import shutil
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import lance as pylance
@@ -33,6 +34,16 @@ def _source(table: pa.Table) -> pa.Table:
     return pa.concat_tables([changed, new])
 
 
+def dml_cases(table: pa.Table) -> dict[str, Callable[[object, object], object]]:
+    """The DML operations as ``case(dataset, lib)`` (also run by bench_semantics.py)."""
+    source = _source(table)
+    return {
+        "update 10%": lambda ds, lib: ds.update({"score": "score + 1", "category": "'x'"}, where="id % 10 = 3"),
+        "merge_insert 10%+5%": lambda ds, lib: ds.merge_insert("id").when_matched_update_all()
+        .when_not_matched_insert_all().execute(source),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=2_000_000)
@@ -40,16 +51,11 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     table = anchor_table(args.rows, args.wide)
-    source = _source(table)
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp) / "base.lance"
         pylance.write_dataset(table, base)
-        work = {
-            "update 10%": lambda lib, uri: lib.dataset(uri).update({"score": "score + 1", "category": "'x'"},
-                                                                   where="id % 10 = 3"),
-            "merge_insert 10%+5%": lambda lib, uri: lib.dataset(uri).merge_insert("id").when_matched_update_all()
-            .when_not_matched_insert_all().execute(source),
-        }
+        work = {name: (lambda case: lambda lib, uri: case(lib.dataset(uri), lib))(case)
+                for name, case in dml_cases(table).items()}
         for name, run in work.items():
             times: dict[str, list[float]] = {"pylance": [], "ours": []}
             for _ in range(args.repeat):
