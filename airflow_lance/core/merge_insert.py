@@ -36,11 +36,11 @@ from airflow_lance.core.errors import (
 )
 from airflow_lance.core.fragment import FragmentMetadata
 from airflow_lance.core.key_filter import KeyExistenceFilter, key_hashes, primary_key_fields
-from airflow_lance.core.scan import apply_filter, read_fragment
+from airflow_lance.core.scan import apply_filter
 from airflow_lance.core.schema import LanceSchema
 from airflow_lance.core.storage import ObjectStore
 from airflow_lance.core.transaction import LanceOperation, Transaction
-from airflow_lance.core.update import OFFSET, delete_offsets, live_rows, moved_row_ids, write_rows
+from airflow_lance.core.update import OFFSET, delete_offsets, live_rows, moved_row_ids, read_rows, write_rows
 from airflow_lance.core.write import as_batches
 
 if TYPE_CHECKING:
@@ -205,7 +205,7 @@ def _target_matched_rows(
     for start, end in zip(np.concatenate(([0], bounds)), np.concatenate((bounds, [frag_ids.size]))):
         if end > start:
             fragment = fragments[int(frag_ids[start])]
-            parts.append(read_fragment(store, fragment, schema, with_deletions=False).take(offsets[start:end]))
+            parts.append(read_rows(store, fragment, schema, offsets[start:end]))
     return pa.concat_tables(parts) if parts else schema.to_arrow().empty_table()
 
 

@@ -49,6 +49,11 @@ def live_rows(store: ObjectStore, fragment: FragmentMetadata, projection: LanceS
     return table.filter(pa.array(keep_mask(fragment.physical_rows, deleted, deletion_path(fragment.id, fragment.deletion_file))))
 
 
+def read_rows(store: ObjectStore, fragment: FragmentMetadata, projection: LanceSchema, offsets: np.ndarray) -> pa.Table:
+    """The rows at physical ``offsets`` of a fragment for ``projection`` (deletions not applied)."""
+    return read_fragment(store, fragment, projection, with_deletions=False).take(pa.array(offsets))
+
+
 def delete_offsets(
     store: ObjectStore, fragments: Iterable[FragmentMetadata], hits: Mapping[int, np.ndarray], read_version: int
 ) -> tuple[list[FragmentMetadata], list[int]]:
@@ -168,10 +173,14 @@ def plan_update(
     """Rewrite the rows matching ``where``: (the Update operation, rows updated)."""
     from airflow_lance.core.filter import referenced_columns, to_expression
 
-    expressions, _read = _compile_updates(updates, schema)
+    expressions, needed = _compile_updates(updates, schema)
     arrow = schema.to_arrow()
     predicate = to_expression(where, arrow) if where is not None else None
-    filtered = schema.project(referenced_columns(where, arrow)) if where is not None else None
+    filter_names = referenced_columns(where, arrow) if where is not None else []
+    # the old values of a column are read only if it is kept or an update expression reads it
+    read_names = [f.name for f in arrow if f.name not in expressions or f.name in needed]
+    rest = schema.project([n for n in read_names if n not in filter_names])
+    filtered = schema.project(filter_names)
     projection = {f.name: (expressions[f.name] if f.name in expressions else pc.field(f.name)) for f in arrow}
     projection[OFFSET] = pc.field(OFFSET)
     rewritten: list[pa.Table] = []
@@ -179,14 +188,15 @@ def plan_update(
     carried: list[np.ndarray] = []
     for fragment in fragments:
         if predicate is None:
-            rows = live_rows(store, fragment, schema)
-        else:  # the predicate's columns first; the whole rows only of the fragments with matches
-            assert filtered is not None
-            matching = apply_filter(live_rows(store, fragment, filtered), predicate).column(OFFSET)
-            if not len(matching):
+            rows = live_rows(store, fragment, schema.project(read_names))
+        else:  # the predicate's columns first; the other columns only of the matching rows
+            rows = apply_filter(live_rows(store, fragment, filtered), predicate)
+            if not rows.num_rows:
                 continue
-            rows = read_fragment(store, fragment, schema, with_deletions=False).take(matching)
-            rows = rows.append_column(OFFSET, matching)
+            if rest.top_level():
+                others = read_rows(store, fragment, rest, rows.column(OFFSET).to_numpy())
+                for name, column in zip(others.column_names, others.columns):
+                    rows = rows.append_column(others.schema.field(name), column)
         if not rows.num_rows:
             continue
         new = evaluate(rows, projection, "update")
