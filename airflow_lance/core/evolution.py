@@ -228,6 +228,7 @@ def _sql_compute(transforms: Mapping[Any, Any], schema: LanceSchema) -> _Compute
 
     arrow = schema.to_arrow()
     expressions: dict[str, pc.Expression] = {}
+    needed_by: dict[str, list[str]] = {}
     read: list[str] = []
     for name, sql in transforms.items():
         if not isinstance(name, str):
@@ -236,6 +237,7 @@ def _sql_compute(transforms: Mapping[Any, Any], schema: LanceSchema) -> _Compute
             raise InvalidTransformError(f"column expressions must be strings, not {type(sql).__name__}")
         try:
             expressions[name], needed = value_expression(sql, arrow)
+            needed_by[name] = needed
         except SchemaEvolutionError:
             raise
         except Exception as exc:
@@ -243,7 +245,11 @@ def _sql_compute(transforms: Mapping[Any, Any], schema: LanceSchema) -> _Compute
         read += [c for c in needed if c not in read]
     empty = pa.schema([arrow.field(c) for c in read]).empty_table()
     sample = pa.dataset.dataset(empty).to_table(columns=expressions)
-    output = pa.schema([pa.field(n, t, True) for n, t in zip(sample.schema.names, sample.schema.types)])
+    # an expression of literals only is folded to a constant: not nullable unless it is null (pylance's)
+    constants = {n: e for n, e in expressions.items() if not needed_by[n]}
+    folded = pa.dataset.dataset(pa.table({"_": [0]})).to_table(columns=constants) if constants else None
+    output = pa.schema([pa.field(n, t, folded is None or n not in constants or folded.column(n).null_count > 0)
+                        for n, t in zip(sample.schema.names, sample.schema.types)])
 
     def fn(batch: pa.RecordBatch) -> pa.RecordBatch:
         try:

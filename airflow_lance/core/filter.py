@@ -365,6 +365,11 @@ def _cast_function(source: pa.DataType, target: pa.DataType) -> Callable[[Any], 
     so integers go through such a decimal first.
     """
     options = _cast_options(target)
+    if (pa.types.is_float32(source) or pa.types.is_float64(source)) and (
+            pa.types.is_string(target) or pa.types.is_large_string(target)):
+        from airflow_lance.core.filter_functions import float_to_string  # DataFusion's "2.0", "1e21", "NaN"
+
+        return lambda value: float_to_string(value, source).cast(target)
     if pa.types.is_integer(source) and pa.types.is_decimal(target):
         wide = _decimal(_MAX_INTEGER_DIGITS + target.scale, target.scale)
         return lambda value: value.cast(wide).cast(options=options)
@@ -395,6 +400,10 @@ def _number(text: str) -> pa.Scalar:
 
 def _is_numeric(data_type: pa.DataType) -> bool:
     return _family(data_type) == "numeric"
+
+
+def _join_texts(*texts: Any, null_handling: str) -> Any:
+    return pc.binary_join_element_wise(*texts, "", null_handling=null_handling, null_replacement="")
 
 
 def _integer_remainder(dividend: Any, divisor: Any) -> Any:
@@ -859,6 +868,44 @@ class _Translator:
             raise _unsupported(node)
         return self._regexp(list(node.expressions), node)
 
+    def _text(self, node: exp.Expression) -> _Operand:
+        """An operand of concat / ``||`` as text (DataFusion casts numbers and booleans)."""
+        operand = self._translate(node)
+        if pa.types.is_string(operand.type):
+            return operand
+        if pa.types.is_null(operand.type):
+            return _constant(pa.scalar(None, pa.string()), node)
+        t = operand.type
+        if not (_family(t) in ("string", "numeric") or pa.types.is_boolean(t) or pa.types.is_date(t)):
+            # DataFusion writes lists as "[1, 2]" and timestamps with a "T": not reproduced here
+            raise InvalidInputError(
+                f"concat / || of {_sql(node)} ({t}) is not supported: only strings, numbers, booleans and dates")
+        if operand.scalar is not None:
+            return _constant(_cast_literal(operand.scalar, pa.string(), node), node)
+        return _apply(_cast_function(operand.type, pa.string()), [operand], node)
+
+    def _concat(self, node: exp.Concat) -> _Operand:
+        """``concat(a, b, ...)``: nulls count as empty strings (DataFusion's)."""
+        if not node.expressions:
+            raise InvalidInputError(f"{_sql(node)}: concat needs at least one argument")
+        operands = [self._text(arg) for arg in node.expressions]
+        function = partial(_join_texts, null_handling="replace")
+        return _apply(function, operands, node)
+
+    def _dpipe(self, node: exp.DPipe) -> _Operand:
+        """``a || b``: null when either side is null. As in pylance, one side must be a
+        string, and a literal next to a non-literal must have its type (no literal is cast)."""
+        left, right = self._translate(node.this), self._translate(node.expression)
+        texts = [pa.types.is_string(op.type) or pa.types.is_large_string(op.type) for op in (left, right)]
+        literals = [op.scalar is not None or pa.types.is_null(op.type) for op in (left, right)]
+        fits = [text or (pa.types.is_null(op.type) and any(texts)) for op, text in zip((left, right), texts)]
+        if not any(texts) or (literals[0] != literals[1] and not all(fits)):
+            raise InvalidInputError(
+                f"cannot evaluate {_sql(node)} ({left.type} || {right.type}): || needs strings "
+                "(a literal must have the type of the other side; use concat() to mix types)")
+        operands = [op if text else self._text(op.node) for op, text in zip((left, right), texts)]
+        return _apply(partial(_join_texts, null_handling="emit_null"), operands, node)
+
     # -- dates, binary literals, lists, brackets
 
     def _current_date(self, node: exp.Expression) -> _Operand:
@@ -978,6 +1025,8 @@ _HANDLERS: dict[type[exp.Expression], _Handler] = {
     exp.Between: _Translator._between,
     exp.In: _Translator._in,
     exp.Cast: _Translator._cast,
+    exp.Concat: _Translator._concat,
+    exp.DPipe: _Translator._dpipe,
     exp.Like: _Translator._like,
     exp.ILike: _Translator._like,
     exp.Escape: _Translator._escape,
