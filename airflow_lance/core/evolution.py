@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import io
 import os
+import pickle
 import sqlite3
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import closing
@@ -60,9 +61,11 @@ _ROWS = "__airflow_lance_rows"
 
 
 class BatchUDFCheckpoint:
-    """Results of a UDF kept in SQLite until they are committed (pylance's tables: ``batches``
-    per (fragment, batch index) and ``fragments`` written but not committed). Batches are
-    stored as Arrow IPC streams."""
+    """Results of a UDF kept in SQLite until they are committed, in pylance's format, so a run
+    of either resumes from a checkpoint the other wrote: table ``batches`` (fragment id, batch
+    index, the result RecordBatch pickled as pylance does) and ``fragments`` (fragments whose
+    new file is written but not committed, as pylance's JSON). Pickles are read with an
+    unpickler that only builds pyarrow objects; our older IPC-stream blobs are still read."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
@@ -82,16 +85,24 @@ class BatchUDFCheckpoint:
             ).fetchone()
         if row is None:
             return None
-        with pa.ipc.open_stream(pa.py_buffer(row[0])) as reader:
+        blob = bytes(row[0])
+        if blob[:1] == b"\x80":  # a pickle (pylance's format)
+            try:
+                batch = _ArrowUnpickler(io.BytesIO(blob)).load()
+            except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError) as exc:
+                raise SchemaEvolutionError(f"checkpoint {self.path}: batch ({fragment_id}, {batch_index}) "
+                                           f"does not unpickle: {exc}") from exc
+            if not isinstance(batch, pa.RecordBatch):
+                raise SchemaEvolutionError(f"checkpoint {self.path}: batch ({fragment_id}, {batch_index}) "
+                                           f"holds a {type(batch).__name__}, not a RecordBatch")
+            return batch
+        with pa.ipc.open_stream(pa.py_buffer(blob)) as reader:
             return _one_batch(reader.read_all(), reader.schema)
 
     def insert_batch(self, fragment_id: int, batch_index: int, batch: pa.RecordBatch) -> None:
-        sink = io.BytesIO()
-        with pa.ipc.new_stream(sink, batch.schema) as writer:
-            writer.write_batch(batch)
         with closing(sqlite3.connect(self.path)) as conn:
             conn.execute("INSERT INTO batches (fragment_id, batch_index, result) VALUES (?, ?, ?)",
-                         (fragment_id, batch_index, sink.getvalue()))
+                         (fragment_id, batch_index, pickle.dumps(batch)))
             conn.commit()
 
     def get_fragment(self, fragment_id: int) -> str | None:
@@ -104,6 +115,18 @@ class BatchUDFCheckpoint:
             conn.execute("INSERT INTO fragments (fragment_id, data) VALUES (?, ?)", (fragment_id, fragment))
             conn.execute("DELETE FROM batches WHERE fragment_id = ?", (fragment_id,))
             conn.commit()
+
+
+_PLAIN_BUILTINS = {("builtins", "bytearray"), ("builtins", "bytes")}
+
+
+class _ArrowUnpickler(pickle.Unpickler):
+    """Builds only pyarrow's own objects (what a pickled RecordBatch refers to)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module == "pyarrow.lib" and not name.startswith("__")) or (module, name) in _PLAIN_BUILTINS:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"a UDF checkpoint may only hold pyarrow objects, not {module}.{name}")
 
 
 class BatchUDF:
@@ -424,10 +447,34 @@ def compute_fragment_columns(
         raise SchemaEvolutionError(f"fragment {fragment.id}: expected one new data file, wrote {len(files)}")
     new = dataclasses.replace(fragment, files=fragment.files + files)
     if compute.cache is not None:
-        import json
-
-        compute.cache.insert_fragment(fragment.id, json.dumps(new.to_json()))
+        compute.cache.insert_fragment(fragment.id, checkpoint_fragment_json(new))
     return new
+
+
+def checkpoint_fragment_json(fragment: FragmentMetadata) -> str:
+    """The fragment as pylance's checkpoint holds it (Lance's serde JSON): row ids and version
+    metadata as ``row_id_meta`` / ``*_version_meta``, so pylance resuming keeps them."""
+    import json
+
+    data = fragment.to_json()
+    extra = data.pop("extra", None)
+    if extra:
+        pb = table_pb2.DataFragment()
+        pb.ParseFromString(fragment.extra)
+
+        def external(f: table_pb2.ExternalFile) -> dict[str, Any]:
+            return {"path": f.path, "offset": f.offset, "size": f.size}
+
+        if pb.HasField("inline_row_ids"):
+            data["row_id_meta"] = {"Inline": list(pb.inline_row_ids)}
+        elif pb.HasField("external_row_ids"):
+            data["row_id_meta"] = {"External": external(pb.external_row_ids)}
+        for name in ("last_updated_at", "created_at"):
+            if pb.HasField(f"{name}_version_inline"):
+                data[f"{name}_version_meta"] = {"inline": list(getattr(pb, f"{name}_version_inline"))}
+            elif pb.HasField(f"{name}_version_file"):
+                data[f"{name}_version_meta"] = {"external": external(getattr(pb, f"{name}_version_file"))}
+    return json.dumps(data)
 
 
 def compute_all_fragments(dataset: LanceDataset, fragments: Sequence[FragmentMetadata], compute: _Compute,
