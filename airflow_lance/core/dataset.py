@@ -182,8 +182,10 @@ class LanceFragment:
         for name, value in (("limit", limit), ("offset", offset)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
                 raise InvalidInputError(f"{name} must be a non-negative int, not {value!r}")
-        table = self._dataset._scan_table([self.metadata], columns, filter)
-        return table.slice(offset or 0, limit) if limit is not None or offset else table
+        if limit is None and not offset:
+            return self._dataset._scan_table([self.metadata], columns, filter)
+        # only the rows up to the limit are read (see core.scanner)
+        return self._dataset.scanner(columns, filter, limit, offset, fragments=[self]).to_table()
 
     def merge_columns(self, value_func: Any, columns: Sequence[str] | None = None, batch_size: int | None = None,
                       reader_schema: pa.Schema | None = None) -> tuple[FragmentMetadata, LanceSchema]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterator, Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -16,6 +17,7 @@ from airflow_lance.core.errors import (
     UnsupportedFeatureError,
 )
 from airflow_lance.core.file import LanceFileReader
+from airflow_lance.core.file.format import LEGACY_VERSIONS
 from airflow_lance.core.fragment import DataFile, FragmentMetadata
 from airflow_lance.core.schema import LanceSchema
 from airflow_lance.core.storage import ObjectStore
@@ -36,33 +38,117 @@ def _check_data_file(data_file: DataFile, path: str) -> None:
         )
 
 
-def _read_data_file(
-    store: ObjectStore, data_file: DataFile, projection: LanceSchema, done: Collection[int] = ()
-) -> dict[int, pa.ChunkedArray | pa.Array]:
-    """Read the top-level fields of ``projection`` stored in ``data_file`` (except those in ``done``), by id."""
-    path = layout.data_file_path(data_file.path)
-    _check_data_file(data_file, path)
+def _column_index(data_file: DataFile) -> dict[int, int]:
     if data_file.file_major_version == 0 and data_file.file_minor_version < 3:
         # legacy files have no column indices: every field id listed is stored in the file
-        column_index = {field_id: field_id for field_id in data_file.fields if field_id >= 0}
-    else:
-        column_index = {
-            field_id: column for field_id, column in zip(data_file.fields, data_file.column_indices) if field_id >= 0
-        }
-    # 2.1+ files list only leaf fields: a top-level field is stored if any field below it is
-    wanted = [f for f in projection.top_level()
-              if f.id not in done and any(i in column_index for i in projection.subtree_ids(f.id))]
-    if not wanted:
-        return {}
-    sub = projection.project([f.name for f in wanted])
-    try:
-        source = store.open_input(path)
-    except FileNotFoundError as exc:
-        raise DataFileNotFoundError(path, f"data file is missing from dataset {store.uri}") from exc
-    with source:
-        reader = LanceFileReader(source, path=path, file_size=data_file.file_size_bytes)
-        table = reader.read(sub, column_index=column_index)
-    return {field.id: table.column(i) for i, field in enumerate(wanted)}
+        return {field_id: field_id for field_id in data_file.fields if field_id >= 0}
+    return {field_id: column for field_id, column in zip(data_file.fields, data_file.column_indices) if field_id >= 0}
+
+
+class FragmentReader:
+    """The data files of one fragment opened once for any number of reads of rows or columns.
+
+    ::
+
+        with FragmentReader(store, fragment) as reader:
+            reader.read(projection)                    # every physical row
+            reader.read(projection, rows=offsets)      # physical offsets, in that order
+
+    Deletions are not applied (``read_fragment`` does that). A row read decodes
+    only the pages (2.1+: chunks) holding the rows; legacy files are read whole
+    once per projection and then taken from. ``reads`` counts file reads.
+    """
+
+    def __init__(self, store: ObjectStore, fragment: FragmentMetadata) -> None:
+        self.store = store
+        self.fragment = fragment
+        self._open: dict[int, tuple[pa.NativeFile, LanceFileReader]] = {}
+        self._legacy_cache: dict[tuple[int, tuple[int, ...]], pa.Table] = {}
+
+    def __enter__(self) -> FragmentReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for source, _ in self._open.values():
+            source.close()
+        self._open.clear()
+        self._legacy_cache.clear()
+
+    def _reader(self, number: int, data_file: DataFile) -> LanceFileReader:
+        opened = self._open.get(number)
+        if opened is not None:
+            return opened[1]
+        path = layout.data_file_path(data_file.path)
+        try:
+            source = self.store.open_input(path)
+        except FileNotFoundError as exc:
+            raise DataFileNotFoundError(path, f"data file is missing from dataset {self.store.uri}") from exc
+        try:
+            reader = LanceFileReader(source, path=path, file_size=data_file.file_size_bytes)
+        except BaseException:
+            source.close()
+            raise
+        self._open[number] = (source, reader)
+        return reader
+
+    def _read_data_file(
+        self, number: int, data_file: DataFile, projection: LanceSchema, done: Collection[int], rows: np.ndarray | None
+    ) -> dict[int, pa.ChunkedArray | pa.Array]:
+        """The top-level fields of ``projection`` stored in ``data_file`` (except those in ``done``), by id."""
+        path = layout.data_file_path(data_file.path)
+        _check_data_file(data_file, path)
+        column_index = _column_index(data_file)
+        # 2.1+ files list only leaf fields: a top-level field is stored if any field below it is
+        wanted = [f for f in projection.top_level()
+                  if f.id not in done and any(i in column_index for i in projection.subtree_ids(f.id))]
+        if not wanted:
+            return {}
+        sub = projection.project([f.name for f in wanted])
+        reader = self._reader(number, data_file)
+        if rows is not None and reader.version in LEGACY_VERSIONS:
+            key = (number, tuple(f.id for f in wanted))
+            table = self._legacy_cache.get(key)
+            if table is None:
+                table = self._legacy_cache[key] = reader.read(sub, column_index=column_index)
+            table = table.take(pa.array(rows))
+        else:
+            table = reader.read(sub, column_index=column_index, rows=rows)
+        return {field.id: table.column(i) for i, field in enumerate(wanted)}
+
+    def read(self, projection: LanceSchema, rows: np.ndarray | None = None) -> pa.Table:
+        """Physical rows (all, or those at ``rows``) of the top-level fields of ``projection``.
+
+        Fields missing from every data file of the fragment read as nulls.
+        """
+        fragment = self.fragment
+        if rows is not None:
+            rows = np.asarray(rows, dtype=np.int64)
+            if rows.size and (int(rows.min()) < 0 or int(rows.max()) >= fragment.physical_rows):
+                raise InvalidInputError(f"row offsets outside fragment {fragment.id}'s {fragment.physical_rows} rows")
+        count = fragment.physical_rows if rows is None else len(rows)
+        columns: dict[int, pa.ChunkedArray | pa.Array] = {}
+        for number, data_file in enumerate(fragment.files):
+            # a field id in two files (0.10-era add/drop columns reused ids): the first file's values, as
+            # Lance reads them (Lance's commit-time ``fix_schema`` then renumbers the later copy)
+            columns.update(self._read_data_file(number, data_file, projection, columns.keys(), rows))
+        arrow_schema = projection.to_arrow()
+        arrays = []
+        for field, arrow_field in zip(projection.top_level(), arrow_schema):
+            column = columns.get(field.id)
+            if column is None:
+                column = pa.nulls(count, arrow_field.type)
+            elif len(column) != count:
+                raise CorruptFileError(
+                    layout.data_file_path(fragment.files[0].path),
+                    f"field {field.name!r} has {len(column)} rows, fragment {fragment.id} expects {count}",
+                )
+            arrays.append(column)
+        if arrays:
+            return pa.Table.from_arrays(arrays, schema=arrow_schema)
+        return pa.table({"_": pa.nulls(count)}).drop_columns(["_"])
 
 
 def read_fragment(
@@ -71,35 +157,20 @@ def read_fragment(
     projection: LanceSchema,
     *,
     with_deletions: bool = True,
+    rows: np.ndarray | None = None,
 ) -> pa.Table:
     """The rows of one fragment for the top-level fields of ``projection``.
 
-    Fields missing from every data file of the fragment read as nulls.
+    ``rows``: physical offsets to read (in that order; deletions are then not
+    applied), decoding only the pages holding them. Fields missing from every
+    data file of the fragment read as nulls.
     """
-    columns: dict[int, pa.ChunkedArray | pa.Array] = {}
-    for data_file in fragment.files:
-        # a field id in two files (0.10-era add/drop columns reused ids): the first file's values, as
-        # Lance reads them (Lance's commit-time ``fix_schema`` then renumbers the later copy)
-        columns.update(_read_data_file(store, data_file, projection, columns.keys()))
-    arrow_schema = projection.to_arrow()
-    arrays = []
-    for field, arrow_field in zip(projection.top_level(), arrow_schema):
-        column = columns.get(field.id)
-        if column is None:
-            column = pa.nulls(fragment.physical_rows, arrow_field.type)
-        elif len(column) != fragment.physical_rows:
-            raise CorruptFileError(
-                layout.data_file_path(fragment.files[0].path),
-                f"field {field.name!r} has {len(column)} rows, fragment {fragment.id} expects {fragment.physical_rows}",
-            )
-        arrays.append(column)
-    table = pa.Table.from_arrays(arrays, schema=arrow_schema) if arrays else pa.table({}).add_column(
-        0, "_", pa.nulls(fragment.physical_rows)
-    ).drop_columns(["_"])
-    if with_deletions and fragment.deletion_file is not None:
+    with FragmentReader(store, fragment) as reader:
+        table = reader.read(projection, rows)
+    if rows is None and with_deletions and fragment.deletion_file is not None:
         deleted = read_deletion_vector(store, fragment.id, fragment.deletion_file)
         mask = keep_mask(fragment.physical_rows, deleted, deletion_path(fragment.id, fragment.deletion_file))
-        table = table.filter(pa.array(mask)) if arrays else table.slice(0, int(mask.sum()))
+        table = table.filter(pa.array(mask)) if table.num_columns else table.slice(0, int(mask.sum()))
     return table
 
 

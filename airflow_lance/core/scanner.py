@@ -34,7 +34,8 @@ from airflow_lance.core.errors import (
     UnsupportedFeatureError,
 )
 from airflow_lance.core.fragment import FragmentMetadata
-from airflow_lance.core.scan import apply_filter, read_fragment
+from airflow_lance.core.scan import FragmentReader, apply_filter, read_fragment
+from airflow_lance.core.schema import LanceSchema
 
 if TYPE_CHECKING:
     from airflow_lance.core.dataset import LanceDataset
@@ -43,6 +44,11 @@ ROW_ID = "_rowid"
 ROW_ADDR = "_rowaddr"
 _SPECIAL = (ROW_ID, ROW_ADDR)
 _OFFSET_MASK = np.uint64((1 << 32) - 1)
+#: Rows of the first batch of a filtered scan with a limit; each next batch is BATCH_GROWTH times
+#: larger, up to the maximum (few batches when matches are rare, little waste when they are not).
+FIRST_BATCH_ROWS = 8192
+BATCH_GROWTH = 4
+MAX_BATCH_ROWS = 1 << 20
 
 
 def has_stable_row_ids(dataset: LanceDataset) -> bool:
@@ -160,24 +166,66 @@ class _Plan:
             table = _rows(table, len(offsets))
         return self._with_special(table, fragment, offsets)
 
-    def read(self, fragment: FragmentMetadata, stop: int | None = None) -> pa.Table:
+    def _rows_at(self, reader: FragmentReader, fragment: FragmentMetadata, offsets: np.ndarray,
+                 projection: LanceSchema | None = None) -> pa.Table:
+        """The rows at physical ``offsets`` read from their pages only, with the special columns."""
+        projection = self.projection if projection is None else projection
+        if projection.top_level():
+            table = reader.read(projection, offsets.astype(np.int64))
+        else:
+            table = _rows(pa.table({}), len(offsets))
+        return self._with_special(table, fragment, offsets)
+
+    def read(self, fragment: FragmentMetadata, stop: int | None = None, start: int = 0) -> pa.Table:
         """The live rows of ``fragment`` (columns read + special columns) that pass the filter;
-        only the first ``stop`` of them when given (the other columns are not copied)."""
+        only the first ``stop`` of them when given: then the fragment is read in growing row
+        batches (filter columns first, the others only for matching rows) until ``stop`` rows
+        are found, or without a filter only the first ``stop`` live rows are read. ``start``
+        (only without a filter): live rows before it are not read."""
+        if start and self.filter is not None:
+            raise InvalidInputError("a start row needs a scan without a filter")
+        if (stop is not None or start) and (self.filter is None or self.filter_columns):
+            return self._read_first(fragment, stop, start)
         table = self._select(self._physical(fragment), fragment, live_offsets(self.dataset, fragment))
-        if self.filter is None:
-            return table if stop is None else table.slice(0, stop)
-        if not self.filter_columns:  # a constant filter
-            table = apply_filter(table, self.filter)
-            return table if stop is None else table.slice(0, stop)
-        mask = _filter_mask(table.select(self.filter_columns), self.filter)
-        if stop is None:
-            return table.filter(mask)
-        hits = np.flatnonzero(mask.fill_null(False).to_numpy(zero_copy_only=False))[:stop]
-        return table.take(pa.array(hits)) if table.num_columns else _rows(table, hits.size)
+        if self.filter is not None:
+            if not self.filter_columns:  # a constant filter
+                table = apply_filter(table, self.filter)
+            else:
+                table = table.filter(_filter_mask(table.select(self.filter_columns), self.filter))
+        return table if stop is None else table.slice(0, stop)
+
+    def _read_first(self, fragment: FragmentMetadata, stop: int | None, start: int = 0) -> pa.Table:
+        live = live_offsets(self.dataset, fragment)
+        total = fragment.physical_rows if live is None else live.size
+        stop = total if stop is None else stop
+
+        def offsets(start: int, end: int) -> np.ndarray:
+            return np.arange(start, end, dtype=np.int64) if live is None else live[start:end].astype(np.int64)
+
+        with FragmentReader(self.dataset.store, fragment) as reader:
+            if self.filter is None:
+                return self._rows_at(reader, fragment, offsets(min(start, total), min(stop, total)))
+            real = [name for name in self.filter_columns if name not in self.special]
+            filter_projection = self.dataset.lance_schema.project(real)
+            hits: list[np.ndarray] = []
+            found, start, batch = 0, 0, FIRST_BATCH_ROWS
+            while start < total and found < stop:
+                rows = offsets(start, min(start + batch, total))
+                table = self._rows_at(reader, fragment, rows, filter_projection)
+                mask = _filter_mask(table.select(self.filter_columns), self.filter)
+                hit = np.flatnonzero(mask.fill_null(False).to_numpy(zero_copy_only=False))
+                hits.append(rows[hit[: stop - found]])
+                found += min(hit.size, stop - found)
+                start += len(rows)
+                batch = min(batch * BATCH_GROWTH, MAX_BATCH_ROWS)
+            chosen = np.concatenate(hits) if hits else np.zeros(0, dtype=np.int64)
+            return self._rows_at(reader, fragment, chosen)
 
     def take(self, fragment: FragmentMetadata, offsets: np.ndarray) -> pa.Table:
-        """The rows at physical ``offsets`` of ``fragment`` (columns read + special columns)."""
-        return self._select(self._physical(fragment), fragment, offsets)
+        """The rows at physical ``offsets`` of ``fragment`` (columns read + special columns),
+        decoding only the pages holding them."""
+        with FragmentReader(self.dataset.store, fragment) as reader:
+            return self._rows_at(reader, fragment, np.asarray(offsets))
 
     def finish(self, table: pa.Table) -> pa.Table:
         """Shape a table from ``read``/``take`` into the output columns."""
@@ -251,7 +299,11 @@ class LanceScanner:
             if not self._has_filter and skip >= fragment.num_rows:  # skipped from metadata, not read
                 skip -= fragment.num_rows
                 continue
-            table = self._plan.read(fragment, None if remaining is None else skip + remaining)
+            if not self._has_filter:  # the rows before the offset are not read
+                table = self._plan.read(fragment, None if remaining is None else skip + remaining, start=skip)
+                skip = 0
+            else:
+                table = self._plan.read(fragment, None if remaining is None else skip + remaining)
             if skip:
                 dropped = min(skip, table.num_rows)
                 table, skip = table.slice(dropped), skip - dropped

@@ -38,13 +38,14 @@ from __future__ import annotations
 
 import bisect
 import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
+from google.protobuf import any_pb2
 from google.protobuf.message import DecodeError
 
-from airflow_lance.core._proto import file2_pb2, file_pb2
+from airflow_lance.core._proto import encodings_v2_1_pb2, file2_pb2, file_pb2
 from airflow_lance.core._proto.encodings_v2_0_pb2 import ArrayEncoding
 from airflow_lance.core.errors import CorruptFileError, InvalidInputError, LanceError
 from airflow_lance.core.file import decode
@@ -57,7 +58,8 @@ from airflow_lance.core.file.format import (
     unwrap_array_encoding,
 )
 from airflow_lance.core.file.legacy import LegacyFile
-from airflow_lance.core.file.v21.read import Assembler21
+from airflow_lance.core.file.v21.read import Assembler21, page_selection
+from airflow_lance.core.file.v21.util import LazyBuffer
 from airflow_lance.core.schema import LanceSchema
 
 #: Bytes read from the end of the file on open (footer, tables, usually all metadata).
@@ -66,6 +68,9 @@ TAIL_BYTES = 64 * 1024
 MAX_ROWS = 2**32
 #: Byte ranges closer than this are read with one request.
 COALESCE_GAP = 256 * 1024
+#: The same for the partial reads of a page buffer (row reads) from a local file.
+LOCAL_COALESCE_GAP = 16 * 1024
+_SMALL_READ = 64 * 1024
 _MALFORMED = (IndexError, KeyError, ValueError, OverflowError, TypeError, struct.error, DecodeError,
               pa.ArrowException)
 
@@ -113,6 +118,8 @@ class LanceFileReader:
         """Read and validate footer, offset tables and schema (``file_size`` 0/None: ask the source)."""
         self.path = path
         self._source = source
+        self.reads = 0  # read requests made and bytes read (for I/O accounting)
+        self.bytes_read = 0
         self._metadata_cache: dict[int, file2_pb2.ColumnMetadata] = {}
         self._legacy: LegacyFile | None = None
         try:
@@ -182,6 +189,8 @@ class LanceFileReader:
             return pa.py_buffer(b"")
         self._source.seek(offset)
         data = self._source.read_buffer(size)
+        self.reads += 1
+        self.bytes_read += size
         if data.size != size:
             raise CorruptFileError(self.path, f"truncated: wanted {size} bytes at {offset}, got {data.size}")
         return data
@@ -215,19 +224,49 @@ class LanceFileReader:
         self._metadata_cache[column] = metadata
         return metadata
 
-    def _load_pages(self, columns: list[int]) -> dict[tuple[int, int], list[pa.Buffer]]:
-        """Read the buffers of every page of ``columns`` with coalesced requests."""
-        wanted = sorted({
-            (offset, size)
-            for column in columns
-            for page in self.column_metadata(column).pages
-            for offset, size in zip(page.buffer_offsets, page.buffer_sizes)
-            if size
-        })
+    def _pages_of(self, column: int, selection: np.ndarray | None) -> list[int]:
+        """Numbers of the pages of ``column`` holding rows of ``selection`` (all pages when None)."""
+        pages = self.column_metadata(column).pages
+        if selection is None:
+            return list(range(len(pages)))
+        chosen = page_selection(self.column_metadata(column), selection, self._entries_per_row.get(column, 1))
+        return sorted(chosen)
+
+    def _lazy_buffers(self, page: file2_pb2.ColumnMetadata.Page) -> set[int]:
+        """Buffers of a 2.1+ page that a row read fetches only in part: mini-block chunk data,
+        full-zip entry data (the rest, chunk metadata, dictionaries, indices, is read whole)."""
+        try:
+            encoding = any_pb2.Any()
+            encoding.ParseFromString(page.encoding.direct.encoding)
+            layout = encodings_v2_1_pb2.PageLayout()
+            layout.ParseFromString(encoding.value)
+        except DecodeError:
+            return set()
+        which = layout.WhichOneof("layout")
+        return {1} if which == "mini_block_layout" else {0} if which == "full_zip_layout" else set()
+
+    def _load_pages(
+        self, columns: list[int], selection: np.ndarray | None = None
+    ) -> dict[tuple[int, int], list[pa.Buffer]]:
+        """Read the buffers of the pages of ``columns`` (those holding ``selection``'s rows) with
+        coalesced requests. With a selection in a 2.1+ file the large data buffers stay
+        :class:`LazyBuffer` objects: the page decoder reads only the chunks/rows it needs."""
+        numbers = {column: self._pages_of(column, selection) for column in columns}
+        lazy_pages = selection is not None and self.version in V2_1_VERSIONS
+        lazy: dict[tuple[int, int], set[int]] = {}
+        wanted: set[tuple[int, int]] = set()
+        for column in columns:
+            pages = self.column_metadata(column).pages
+            for number in numbers[column]:
+                page = pages[number]
+                skip = lazy[(column, number)] = self._lazy_buffers(page) if lazy_pages else set()
+                wanted.update((offset, size) for i, (offset, size) in enumerate(zip(page.buffer_offsets,
+                              page.buffer_sizes)) if size and i not in skip)
+        ranges = sorted(wanted)
         starts: list[int] = []
         blocks: list[pa.Buffer] = []
         run_start = run_end = -1
-        for offset, size in [*wanted, (None, 0)]:
+        for offset, size in [*ranges, (None, 0)]:
             if offset is None or offset > run_end + COALESCE_GAP or run_start < 0:
                 if run_start >= 0:
                     starts.append(run_start)
@@ -240,21 +279,58 @@ class LanceFileReader:
         empty = pa.py_buffer(b"")
         out: dict[tuple[int, int], list[pa.Buffer]] = {}
         for column in columns:
-            for number, page in enumerate(self.column_metadata(column).pages):
+            pages = self.column_metadata(column).pages
+            for number in numbers[column]:
+                page = pages[number]
                 buffers = []
-                for offset, size in zip(page.buffer_offsets, page.buffer_sizes):
+                for index, (offset, size) in enumerate(zip(page.buffer_offsets, page.buffer_sizes)):
                     if not size:
                         buffers.append(empty)
+                        continue
+                    if index in lazy[(column, number)]:
+                        buffers.append(self._lazy(offset, size))
                         continue
                     block = bisect.bisect_right(starts, offset) - 1
                     buffers.append(blocks[block].slice(offset - starts[block], size))
                 out[(column, number)] = buffers
         return out
 
+    def _lazy(self, base: int, size: int) -> LazyBuffer:
+        """The buffer at file offset ``base`` as a ``LazyBuffer``: small ranges are read with
+        ``read_at`` (no seek, no buffer object), large ones as buffers."""
+        gap = LOCAL_COALESCE_GAP if isinstance(self._source, (pa.OSFile, pa.MemoryMappedFile)) else COALESCE_GAP
+
+        def read(offset: int, length: int):
+            if length <= _SMALL_READ:
+                return self._read_at(base + offset, length)
+            return self._read_range(base + offset, length)
+
+        return LazyBuffer(read, size, gap)
+
+    def _read_at(self, offset: int, size: int) -> bytes:
+        if offset < 0 or offset + size > self.file_size:
+            raise CorruptFileError(self.path, f"byte range [{offset}, {offset + size}) outside the file")
+        data = self._source.read_at(size, offset)
+        self.reads += 1
+        self.bytes_read += size
+        if len(data) != size:
+            raise CorruptFileError(self.path, f"truncated: wanted {size} bytes at {offset}, got {len(data)}")
+        return data
+
     # ------------------------------------------------------------------ reading
 
-    def read(self, schema: LanceSchema | None = None, *, column_index: Mapping[int, int] | None = None) -> pa.Table:
-        """Read the top-level fields of ``schema`` (default: the file's schema) as a table."""
+    def read(
+        self,
+        schema: LanceSchema | None = None,
+        *,
+        column_index: Mapping[int, int] | None = None,
+        rows: np.ndarray | Sequence[int] | None = None,
+    ) -> pa.Table:
+        """Read the top-level fields of ``schema`` (default: the file's schema) as a table.
+
+        ``rows``: row offsets in the file to read (any order, repeats allowed), in that order;
+        only the pages (2.1+: mini-block chunks, full-zip rows) holding them are decoded.
+        """
         if schema is None:
             if self.schema is None:
                 raise CorruptFileError(self.path, f"bad schema in file descriptor: {self._schema_error}")
@@ -267,14 +343,28 @@ class LanceFileReader:
             if self.schema is None:
                 raise CorruptFileError(self.path, f"bad schema in file descriptor: {self._schema_error}")
             mapping = default_column_index(self.schema, self.version)
+        selection = inverse = None
+        if rows is not None:
+            wanted = np.asarray(rows)
+            if wanted.size and (wanted.ndim != 1 or wanted.dtype.kind not in "iu"):
+                raise InvalidInputError(f"{self.path}: rows must be a one-dimensional array of integers")
+            wanted = wanted.astype(np.int64, copy=False)
+            if wanted.size and (int(wanted.min()) < 0 or int(wanted.max()) >= self.num_rows):
+                raise InvalidInputError(f"{self.path}: row offsets outside the file's {self.num_rows} rows")
+            if wanted.size > 1 and not bool(np.all(wanted[1:] > wanted[:-1])):
+                selection, inverse = np.unique(wanted, return_inverse=True)
+            else:
+                selection = wanted
         try:
             if self._legacy is not None:
-                return self._legacy.read(schema)
-            return self._read(schema, mapping)
+                table = self._legacy.read(schema)
+                return table if selection is None else table.take(pa.array(wanted))
+            table = self._read(schema, mapping, selection)
         except LanceError:
             raise
         except _MALFORMED as exc:
             raise CorruptFileError(self.path, f"malformed data: {exc}") from exc
+        return table if inverse is None else table.take(pa.array(inverse))
 
     def _string_byte_columns(self, columns: list[int], mapping: Mapping[int, int]) -> list[int]:
         """The unnamed u8 columns after list-encoded strings (pylance 0.12's 0.3 files)."""
@@ -288,23 +378,35 @@ class LanceFileReader:
                     extra.append(column + 1)
         return extra
 
-    def _read(self, schema: LanceSchema, mapping: dict[int, int]) -> pa.Table:
+    def _read(self, schema: LanceSchema, mapping: dict[int, int], selection: np.ndarray | None = None) -> pa.Table:
         arrow_schema = schema.to_arrow()
         tops = schema.top_level()
         columns = sorted({mapping[i] for top in tops for i in schema.subtree_ids(top.id) if i in mapping})
         if any(not 0 <= c < self.num_columns for c in columns):
             raise CorruptFileError(self.path, f"column index out of range ({self.num_columns} columns)")
-        if self.version not in V2_1_VERSIONS:
-            columns = sorted({*columns, *self._string_byte_columns(columns, mapping)})
-        buffers = self._load_pages(columns)
+        rows = self.num_rows if selection is None else len(selection)
         arrays = []
         if self.version in V2_1_VERSIONS:
-            assembler21 = Assembler21(self, schema, mapping, buffers)
+            self._entries_per_row = _entries_per_row(schema, mapping, arrow_schema) if selection is not None else {}
+            buffers = self._load_pages(columns, selection)
+            assembler21 = Assembler21(self, schema, mapping, buffers, selection)
             for top, arrow_field in zip(tops, arrow_schema):
-                chunks = assembler21.field_chunks(top, arrow_field.type, self.num_rows)
+                chunks = assembler21.field_chunks(top, arrow_field.type, rows)
                 arrays.append(pa.chunked_array(chunks, type=arrow_field.type))
             return pa.Table.from_arrays(arrays, schema=arrow_schema)
-        assembler = _Assembler(self, schema, mapping, buffers)
+        extra = set(self._string_byte_columns(columns, mapping))
+        columns = sorted({*columns, *extra})
+        # 2.0: a top-level leaf decodes only the pages holding the rows; struct and list fields
+        # (their columns' pages need not line up) are read whole and then taken
+        nested = {mapping[i] for top, arrow_field in zip(tops, arrow_schema) if not _is_leaf20(arrow_field.type)
+                  for i in schema.subtree_ids(top.id) if i in mapping}
+        self._entries_per_row = {}
+        whole = sorted(c for c in columns if c in nested or selection is None or c in extra or c + 1 in extra)
+        buffers = self._load_pages(whole) if whole else {}
+        partial = [c for c in columns if c not in whole]
+        if partial:
+            buffers.update(self._load_pages(partial, selection))
+        assembler = _Assembler(self, schema, mapping, buffers, selection)
         for top, arrow_field in zip(tops, arrow_schema):
             chunks = assembler.field_chunks(top, arrow_field.type, self.num_rows, top_level=True)
             arrays.append(pa.chunked_array(chunks, type=arrow_field.type))
@@ -320,11 +422,13 @@ class _Assembler:
         schema: LanceSchema,
         mapping: dict[int, int],
         buffers: dict[tuple[int, int], list[pa.Buffer]],
+        selection: np.ndarray | None = None,
     ) -> None:
         self.reader = reader
         self.schema = schema
         self.mapping = mapping
         self.buffers = buffers
+        self.selection = selection
 
     def _pages(
         self, column: int, field: file_pb2.Field
@@ -339,8 +443,16 @@ class _Assembler:
     def field_chunks(
         self, field: file_pb2.Field, dtype: pa.DataType, rows: int, *, top_level: bool = False
     ) -> list[pa.Array]:
-        """The values of ``field`` (``rows`` of them) as a list of chunks."""
+        """The values of ``field`` (``rows`` of them) as a list of chunks; at top level only the
+        selected rows (``self.selection``)."""
         column = self.mapping.get(field.id)
+        if top_level and self.selection is not None:
+            if column is None:
+                return [pa.nulls(len(self.selection), dtype)]
+            if _is_leaf20(dtype) and not self._binary_as_list(dtype, column, field):
+                return self._selected_leaf(field, dtype, column, rows)
+            chunks = self.field_chunks(field, dtype, rows)
+            return [_concat(chunks, dtype).take(pa.array(self.selection))]
         if column is None:
             return [pa.nulls(rows, dtype)]
         stored = sum(page.length for page in self.reader.column_metadata(column).pages)
@@ -359,6 +471,24 @@ class _Assembler:
             raise CorruptFileError(self.reader.path, f"field {field.name!r}: decoded length differs from the pages")
         return chunks if top_level else [_concat(chunks, dtype)]
 
+    def _selected_leaf(self, field: file_pb2.Field, dtype: pa.DataType, column: int, rows: int) -> list[pa.Array]:
+        """The selected rows of a top-level leaf: only the pages holding them are decoded."""
+        metadata = self.reader.column_metadata(column)
+        stored = sum(page.length for page in metadata.pages)
+        if stored != rows:
+            raise CorruptFileError(self.reader.path, f"field {field.name!r} has {stored} values, expected {rows}")
+        chunks = []
+        for number, select in page_selection(metadata, self.selection).items():
+            meta = metadata.pages[number]
+            encoding = unwrap_array_encoding(meta.encoding, self.reader.path)
+            page = decode.Page(self.buffers[(column, number)], self.reader.path,
+                               f"column {column} ({field.name!r}) page {number}")
+            chunk = decode.decode_array(encoding, page, meta.length, dtype)
+            if len(chunk) != meta.length:
+                raise page.corrupt("decoded length differs from the page")
+            chunks.append(chunk if len(select) == meta.length else chunk.take(pa.array(select)))
+        return chunks or [pa.array([], type=dtype)]
+
     def _struct(self, field: file_pb2.Field, dtype: pa.StructType, column: int) -> pa.Array:
         rows = 0
         for meta, page, encoding in self._pages(column, field):
@@ -376,8 +506,9 @@ class _Assembler:
         ``list`` of bytes: an offsets column followed by a column of u8 items."""
         if dtype not in decode.BINARY_TYPES:
             return False
-        first = next(self._pages(column, field), None)
-        return first is not None and first[2].WhichOneof("array_encoding") == "list"
+        pages = self.reader.column_metadata(column).pages
+        return bool(pages) and unwrap_array_encoding(pages[0].encoding, self.reader.path).WhichOneof(
+            "array_encoding") == "list"
 
     def _list(self, field: file_pb2.Field, dtype: pa.DataType, column: int) -> pa.Array:
         ends, masks, lengths = [], [], []
@@ -417,6 +548,35 @@ class _Assembler:
         if len(data) != count or data.null_count:
             raise CorruptFileError(self.reader.path, f"field {field.name!r}: {len(data)} string bytes, expected {count}")
         return data.buffers()[1].slice(data.offset, count) if count else pa.py_buffer(b"")
+
+
+def _is_leaf20(dtype: pa.DataType) -> bool:
+    return not (pa.types.is_struct(dtype) or pa.types.is_list(dtype) or pa.types.is_large_list(dtype))
+
+
+def _entries_per_row(schema: LanceSchema, mapping: Mapping[int, int], arrow_schema: pa.Schema) -> dict[int, int | None]:
+    """Column -> page entries per row of its leaf (fixed-size lists of structs multiply them; None
+    below a list, where pages count rows)."""
+    out: dict[int, int | None] = {}
+
+    def walk(field: file_pb2.Field, dtype: pa.DataType, per_row: int | None) -> None:
+        column = mapping.get(field.id)
+        if column is not None:
+            out[column] = per_row
+            return
+        children = schema.children(field.id)
+        if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
+            inner, child_rows = dtype.value_type, None
+        elif pa.types.is_fixed_size_list(dtype):
+            inner, child_rows = dtype.value_type, None if per_row is None else per_row * dtype.list_size
+        else:
+            inner, child_rows = None, per_row
+        for index, child in enumerate(children):
+            walk(child, inner if inner is not None else dtype.field(index).type, child_rows)
+
+    for top, arrow_field in zip(schema.top_level(), arrow_schema):
+        walk(top, arrow_field.type, 1)
+    return out
 
 
 def _concat(chunks: list[pa.Array], dtype: pa.DataType) -> pa.Array:

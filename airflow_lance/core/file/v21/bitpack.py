@@ -57,6 +57,53 @@ def unpack(packed: np.ndarray, width: int, bits: int) -> np.ndarray:
     return out
 
 
+_LANE_AND_ROW: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _lane_and_row(bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """For every element of a block: its lane and its row."""
+    if bits not in _LANE_AND_ROW:
+        lanes = BLOCK // bits
+        lane = np.empty(BLOCK, dtype=np.int64)
+        row = np.empty(BLOCK, dtype=np.int64)
+        for r in range(bits):
+            base = _row_base(r)
+            lane[base: base + lanes] = np.arange(lanes)
+            row[base: base + lanes] = r
+        _LANE_AND_ROW[bits] = (lane, row)
+    return _LANE_AND_ROW[bits]
+
+
+def unpack_at(words: np.ndarray, block_start: np.ndarray, element: np.ndarray, width: np.ndarray,
+              bits: int) -> np.ndarray:
+    """Single values out of packed blocks without unpacking the blocks.
+
+    ``words``: ``T``-bit words; per wanted value the word index where its block's
+    packed words start, its element number in the block (0..1023) and the
+    block's width. Returns the values (dtype of ``bits``). Indices must be in range.
+    """
+    dtype = np.dtype(f"<u{bits // 8}")
+    lanes = BLOCK // bits
+    lane_of, row_of = _lane_and_row(bits)
+    lane, row = lane_of[element], row_of[element]
+    width = np.asarray(width, dtype=np.int64)
+    bit = row * width
+    word, shift = bit // bits, bit % bits
+    at = block_start + word * lanes + lane
+    wide = words.astype(np.uint64, copy=False) if bits < 64 else words
+    value = wide[np.minimum(at, len(words) - 1)] >> shift.astype(np.uint64)
+    spill = shift + width > bits
+    if bool(spill.any()):
+        nxt = wide[np.minimum(at[spill] + lanes, len(words) - 1)]
+        value[spill] |= nxt << (bits - shift[spill]).astype(np.uint64)
+    full = width >= 64
+    mask = np.where(full, np.uint64(0xFFFFFFFFFFFFFFFF),
+                    (np.uint64(1) << np.minimum(width, 63).astype(np.uint64)) - np.uint64(1))
+    value &= mask
+    value[width == 0] = 0
+    return value.astype(dtype)
+
+
 def pack(values: np.ndarray, width: int, bits: int) -> np.ndarray:
     """``(k, 1024)`` values -> ``(k, 1024 * width / bits)`` words (values must fit ``width``).
 

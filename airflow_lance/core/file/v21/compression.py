@@ -42,7 +42,7 @@ import numpy as np
 
 from airflow_lance.core._proto import encodings_v2_1_pb2 as pb
 from airflow_lance.core.file.v21 import bitpack, fsst
-from airflow_lance.core.file.v21.blocks import Block, Fixed, Fsl, Struct, Variable
+from airflow_lance.core.file.v21.blocks import Block, Fixed, Fsl, Struct, Variable, take
 from airflow_lance.core.file.v21.util import (
     Ctx,
     as_u8,
@@ -55,6 +55,8 @@ from airflow_lance.core.file.v21.util import (
 
 Ranges = tuple[np.ndarray, np.ndarray]
 _MAX_BITS = 1 << 16
+#: Selections of fewer than 1 in this many values of the decoded chunks read values one by one.
+_DENSE = 4
 
 
 def kind(encoding: pb.CompressiveEncoding) -> str | None:
@@ -89,8 +91,15 @@ def decode(
     counts: np.ndarray,
     *,
     block: bool,
+    select: np.ndarray | None = None,
 ) -> Block:
-    """Decode the values of every chunk (see module docstring)."""
+    """Decode the values of every chunk (see module docstring).
+
+    ``select`` (sorted value positions, or None for all): only those values
+    are returned. FSST picks the selected codes before decompressing (each
+    value is an independent code string); other encodings decode the chunks
+    and then take the values.
+    """
     counts = np.asarray(counts, dtype=np.int64)
     for starts, sizes in buffers:
         check_ranges(ctx, starts, sizes, len(src), "chunk buffers")
@@ -98,7 +107,18 @@ def decode(
     decoder = _DECODERS.get(which)
     if decoder is None:
         raise ctx.unsupported(f"compressive encoding {which!r}")
-    return decoder(ctx, getattr(encoding, which), src, buffers, counts, block)
+    if select is not None and which in ("fsst", "general", "inline_bitpacking"):
+        # single values out of bit-packed blocks cost more than unpacking the blocks when many are wanted
+        if which != "inline_bitpacking" or len(select) * _DENSE < int(counts.sum()):
+            return decoder(ctx, getattr(encoding, which), src, buffers, counts, block, select)
+    out = decoder(ctx, getattr(encoding, which), src, buffers, counts, block)
+    if select is None or (len(select) == out.n and (out.n == 0 or int(select[-1]) == out.n - 1)):
+        return out
+    if isinstance(out, Fixed) and out.bits % 8 == 0 and len(select) and \
+            int(select[-1]) - int(select[0]) + 1 == len(select) and int(select[-1]) < out.n:
+        width = out.bits // 8  # a contiguous run: a slice
+        return Fixed(out.data[int(select[0]) * width: (int(select[-1]) + 1) * width], out.bits, len(select))
+    return take(out, select, ctx)
 
 
 def decode_levels(ctx: Ctx, encoding: pb.CompressiveEncoding, src: np.ndarray, ranges: Ranges,
@@ -213,7 +233,7 @@ def _variable_block(ctx, src, starts, sizes, counts, bits) -> Block:
     return Variable(out, data, int(counts.sum()))
 
 
-def _inline_bitpacking(ctx, inline: pb.InlineBitpacking, src, buffers, counts, block) -> Block:
+def _inline_bitpacking(ctx, inline: pb.InlineBitpacking, src, buffers, counts, block, select=None) -> Block:
     starts, sizes = _one(ctx, buffers, "inline bit-packing")
     if inline.HasField("values"):
         src, starts, sizes = _decompress_each(ctx, inline.values.scheme, src, starts, sizes)
@@ -245,6 +265,17 @@ def _inline_bitpacking(ctx, inline: pb.InlineBitpacking, src, buffers, counts, b
     if not positions:
         return Fixed(np.zeros(0, np.uint8), bits, 0)
     position, width, out_start, take = (np.concatenate(x) for x in (positions, widths, out_starts, takes))
+    if select is not None:  # only the selected values, straight out of their blocks
+        order = np.argsort(out_start, kind="stable")
+        position, width, out_start, take = position[order], width[order], out_start[order], take[order]
+        owner = np.searchsorted(out_start, select, side="right") - 1
+        element = select - out_start[owner]
+        ctx.check(len(select) == 0 or (int(owner.min()) >= 0 and bool(np.all(element < take[owner]))),
+                  "selected values outside the bit-packed blocks")
+        ctx.check(bool(np.all(position % word == 0)), "unaligned bit-packed block")
+        words = src[: len(src) // word * word].view(fixed_dtype(bits))
+        values = bitpack.unpack_at(words, position[owner] // word, element, width[owner], bits)
+        return Fixed(values.view(np.uint8), bits, len(select))
     values = np.empty((len(position), bitpack.BLOCK), dtype=fixed_dtype(bits))
     for w in np.unique(width).tolist():
         sel = np.flatnonzero(width == w)
@@ -338,17 +369,18 @@ def _byte_stream_split(ctx, bss: pb.ByteStreamSplit, src, buffers, counts, block
     return Fixed(out, width * 8, total)
 
 
-def _general(ctx, general: pb.General, src, buffers, counts, block) -> Block:
+def _general(ctx, general: pb.General, src, buffers, counts, block, select=None) -> Block:
     ctx.check(len(buffers) >= 1, "general compression without buffers")
     starts, sizes = buffers[0]
     src, new_starts, new_sizes = _decompress_each(ctx, general.compression.scheme, src, starts, sizes)
     if not general.HasField("values"):
         raise ctx.corrupt("general compression without an inner encoding")
-    return decode(ctx, general.values, src, [(new_starts, new_sizes), *buffers[1:]], counts, block=block)
+    return decode(ctx, general.values, src, [(new_starts, new_sizes), *buffers[1:]], counts, block=block,
+                  select=select)
 
 
-def _fsst(ctx, fsst_: pb.Fsst, src, buffers, counts, block) -> Block:
-    inner = decode(ctx, fsst_.values, src, buffers, counts, block=block)
+def _fsst(ctx, fsst_: pb.Fsst, src, buffers, counts, block, select=None) -> Block:
+    inner = decode(ctx, fsst_.values, src, buffers, counts, block=block, select=select)
     if not isinstance(inner, Variable):
         raise ctx.corrupt("FSST data is not variable-width")
     data, offsets = fsst.decode(ctx, fsst_.symbol_table, inner.data, inner.offsets)

@@ -41,10 +41,18 @@ from google.protobuf.message import DecodeError
 from airflow_lance.core._proto import encodings_v2_1_pb2 as pb
 from airflow_lance.core._proto import file2_pb2
 from airflow_lance.core.file.v21 import compression, fsst
-from airflow_lance.core.file.v21.blocks import Block, Fixed, Fsl, Struct, Variable
+from airflow_lance.core.file.v21.blocks import Block, Fixed, Fsl, Struct, Variable, take
 from airflow_lance.core.file.v21.compression import kind
-from airflow_lance.core.file.v21.structure import visible_threshold
-from airflow_lance.core.file.v21.util import Ctx, as_u8, decompress, exclusive_cumsum, fixed_dtype, take_ranges
+from airflow_lance.core.file.v21.structure import max_rep, visible_threshold
+from airflow_lance.core.file.v21.util import (
+    Ctx,
+    as_u8,
+    decompress,
+    exclusive_cumsum,
+    fixed_dtype,
+    gather,
+    take_ranges,
+)
 
 PAGE_LAYOUT_URL = "/lance.encodings21.PageLayout"
 _ALIGN = 8
@@ -81,18 +89,79 @@ def parse_layout(ctx: Ctx, encoding: file2_pb2.Encoding) -> pb.PageLayout:
     return layout
 
 
-def decode_page(ctx: Ctx, layout: pb.PageLayout, buffers: list[pa.Buffer], rows: int) -> PageData:
-    """Decode one page (see module docstring)."""
+def decode_page(
+    ctx: Ctx, layout: pb.PageLayout, buffers: list[pa.Buffer], rows: int, select: np.ndarray | None = None
+) -> PageData:
+    """Decode one page (see module docstring).
+
+    ``select``: sorted, unique row positions within the page (None: every
+    row); the result then holds exactly those rows. Mini-block pages decode
+    only the chunks holding them (with the repetition index, where rows span
+    chunks), full-zip pages only the selected rows' entries.
+    """
     which = layout.WhichOneof("layout")
+    if select is not None:
+        select = np.asarray(select, dtype=np.int64)
+        ctx.check(len(select) == 0 or (int(select[0]) >= 0 and int(select[-1]) < rows), "row selection outside the page")
+        if len(select) == rows:  # sorted, unique and in range: every row
+            select = None
     if which == "mini_block_layout":
-        return _mini_block(ctx, layout.mini_block_layout, buffers, rows)
+        return _mini_block(ctx, layout.mini_block_layout, buffers, rows, select)
     if which == "full_zip_layout":
-        return _full_zip(ctx, layout.full_zip_layout, buffers, rows)
+        return _full_zip(ctx, layout.full_zip_layout, buffers, rows, select)
     if which == "constant_layout":
-        return _constant(ctx, layout.constant_layout, buffers, rows)
-    if which == "blob_layout":
-        return _blob(ctx, layout.blob_layout, buffers, rows)
-    raise ctx.unsupported(f"page layout {which!r}")
+        data = _constant(ctx, layout.constant_layout, buffers, rows)
+    elif which == "blob_layout":
+        data = _blob(ctx, layout.blob_layout, buffers, rows)
+    else:
+        raise ctx.unsupported(f"page layout {which!r}")
+    return data if select is None else select_rows(ctx, data, select)
+
+
+def _ranges_index(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """``concat(arange(s, s + l))`` for every (s, l), vectorised."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    total = int(lengths.sum()) if len(lengths) else 0
+    index = np.repeat(np.asarray(starts, dtype=np.int64) - exclusive_cumsum(lengths)[:-1], lengths)
+    index += np.arange(total, dtype=np.int64)
+    return index
+
+
+def _selected_entries(
+    ctx: Ctx, rep: np.ndarray | None, defs: np.ndarray | None, layers: list[int], entries: int, local: np.ndarray
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """(level entries of the rows ``local``, their visible value positions; None when entries = values).
+
+    Without repetition every entry is a row; with it a row starts at each
+    entry with the top repetition level. Values exist for visible entries only.
+    """
+    if rep is None:
+        entry = local
+    else:
+        top = max_rep(layers)
+        starts = np.flatnonzero(rep == top)
+        ctx.check(len(starts) == 0 or int(starts[0]) == 0, "repetition levels do not start a row")
+        bounds = np.append(starts, entries)
+        ctx.check(len(local) == 0 or int(local[-1]) < len(starts), "row selection past the decoded rows")
+        entry = _ranges_index(bounds[local], bounds[local + 1] - bounds[local])
+    if defs is None:
+        return entry, (None if rep is None else entry)
+    visible = defs <= visible_threshold(layers)
+    if bool(visible.all()):
+        return entry, entry
+    return entry, np.searchsorted(np.flatnonzero(visible), entry[visible[entry]])
+
+
+def select_rows(ctx: Ctx, data: PageData, select: np.ndarray) -> PageData:
+    """The rows ``select`` of a fully decoded page."""
+    entry, value = _selected_entries(ctx, data.rep, data.defs, data.layers, data.entries, select)
+    rep = None if data.rep is None else data.rep[entry]
+    defs = None if data.defs is None else data.defs[entry]
+    if value is None:
+        value = entry
+    values = None if data.values is None else take(data.values, value, ctx)
+    blobs = None if data.blobs is None else (data.blobs[0][value], data.blobs[1][value])
+    return PageData(len(select), data.layers, len(entry), rep, defs, values, data.dictionary, data.scalar, blobs)
 
 
 def _blob(ctx: Ctx, layout: pb.BlobLayout, buffers: list[pa.Buffer], rows: int) -> PageData:
@@ -130,13 +199,45 @@ def _pad(sizes: np.ndarray) -> np.ndarray:
 # ----------------------------------------------------------------------------- mini-block
 
 
-def _mini_block(ctx: Ctx, layout: pb.MiniBlockLayout, buffers: list[pa.Buffer], rows: int) -> PageData:
+def _chunk_rows(
+    ctx: Ctx, layout: pb.MiniBlockLayout, buffers: list[pa.Buffer], counts: np.ndarray, rows: int, has_rep: bool
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """(rows starting in each chunk, group of each chunk) or None when unknown.
+
+    Without repetition a chunk's values are its rows. With it the repetition
+    index gives per chunk the rows ending in it and the items of a trailing
+    partial row; a row continuing into the next chunk ties the chunks into one
+    group, and only whole groups decode into whole rows.
+    """
+    chunks = len(counts)
+    if not has_rep:
+        return counts, np.arange(chunks, dtype=np.int64)
+    depth = layout.repetition_index_depth
+    position = 2 + layout.HasField("dictionary")
+    if depth == 0 or len(buffers) <= position:
+        return None
+    index = as_u8(buffers[position])
+    stride = depth + 1
+    if len(index) != chunks * stride * 8:
+        return None
+    table = index.view("<u8").reshape(chunks, stride).astype(np.int64)
+    trailer = table[:, 1] > 0
+    preamble = np.zeros(chunks, dtype=bool)
+    preamble[1:] = trailer[:-1]
+    starts = table[:, 0] + trailer - preamble
+    ctx.check(bool(np.all(starts >= 0)) and int(starts.sum()) == rows, "repetition index does not match the rows")
+    return starts, np.cumsum(~preamble) - 1
+
+
+def _mini_block(
+    ctx: Ctx, layout: pb.MiniBlockLayout, buffers: list[pa.Buffer], rows: int, select: np.ndarray | None = None
+) -> PageData:
     has_rep, has_def = layout.HasField("rep_compression"), layout.HasField("def_compression")
     has_dict = layout.HasField("dictionary")
     ctx.check(len(buffers) >= 2 + has_dict, f"mini-block page with {len(buffers)} buffers")
     large = layout.has_large_chunk
     meta = as_u8(buffers[0])
-    data = as_u8(buffers[1])
+    data = buffers[1]
     entry = 4 if large else 2
     ctx.check(len(meta) % entry == 0, "chunk metadata size is not a multiple of its entries")
     meta_values = meta.view(f"<u{entry}").astype(np.int64)
@@ -152,6 +253,31 @@ def _mini_block(ctx: Ctx, layout: pb.MiniBlockLayout, buffers: list[pa.Buffer], 
         counts[-1] = num_values - int(counts[:-1].sum())
         ctx.check(int(counts[-1]) > 0, "chunk value counts exceed the page's values")
     starts = exclusive_cumsum(sizes)[:-1]
+    local = None  # positions of the selected rows among the rows of the decoded chunks
+    if select is not None:
+        ctx.check(has_rep or num_values == rows, f"{num_values} values in a page of {rows} rows")
+        spans = _chunk_rows(ctx, layout, buffers, counts, rows, has_rep) if chunks else None
+        if spans is None:
+            local = select
+        else:
+            chunk_starts, group = spans
+            ends = np.cumsum(chunk_starts)
+            if len(select) and int(select[-1]) - int(select[0]) + 1 == len(select):
+                # a run of rows: the chunks from the first row's group to the last row's
+                first, last = np.searchsorted(ends, select[[0, -1]], side="right").tolist()
+                low, high = np.searchsorted(group, group[[first, last]]).tolist()
+                high = int(np.searchsorted(group, group[last], side="right"))
+                chosen = np.arange(low, high)
+                local = select - int((ends - chunk_starts)[low])
+            else:
+                owner = np.searchsorted(ends, select, side="right")
+                chosen = np.flatnonzero(np.isin(group, group[owner]))
+                before = np.zeros(chunks, dtype=np.int64)
+                before[chosen] = exclusive_cumsum(chunk_starts[chosen])[:-1]
+                local = before[owner] + select - (ends - chunk_starts)[owner]
+            counts, sizes, starts = counts[chosen], sizes[chosen], starts[chosen]
+            chunks = len(chosen)
+    data, starts = gather(data, starts, sizes)
     value_kinds = compression.num_buffers(ctx, layout.value_compression)
     ctx.check(layout.num_buffers == value_kinds, f"num_buffers {layout.num_buffers}, encoding uses {value_kinds}")
     size_width = 4 if large else 2
@@ -175,17 +301,26 @@ def _mini_block(ctx: Ctx, layout: pb.MiniBlockLayout, buffers: list[pa.Buffer], 
         cursor, at = cursor + _pad(buf_sizes), at + size_width
     ctx.check(bool(np.all(cursor <= starts + sizes)), "chunk buffers exceed the chunk")
     rep = defs = None
-    entries = num_values
-    ctx.check(has_rep or num_values == rows, f"{num_values} values in a page of {rows} rows")
+    entries = int(counts.sum())
+    ctx.check(has_rep or local is not None or num_values == rows, f"{num_values} values in a page of {rows} rows")
     if has_rep or has_def:
         ctx.check(bool(np.all(levels_in_chunk >= counts)), "chunk has fewer levels than values")
         entries = int(levels_in_chunk.sum())
-        ctx.check(not has_def or has_rep or entries == rows, "levels do not match the page's rows")
+        ctx.check(not has_def or has_rep or local is not None or entries == rows, "levels do not match the page's rows")
         if has_rep:
             rep = compression.decode_levels(ctx, layout.rep_compression, data, rep_ranges, levels_in_chunk)
         if has_def:
             defs = compression.decode_levels(ctx, layout.def_compression, data, def_ranges, levels_in_chunk)
-    values = compression.decode(ctx, layout.value_compression, data, value_ranges, counts, block=False)
+    value_select = None
+    if local is not None:
+        entry, value_select = _selected_entries(ctx, rep, defs, list(layout.layers), entries, local)
+        if value_select is None:
+            value_select = entry
+        rep = None if rep is None else rep[entry]
+        defs = None if defs is None else defs[entry]
+        entries, rows = len(entry), len(local)
+    values = compression.decode(ctx, layout.value_compression, data, value_ranges, counts, block=False,
+                                select=value_select)
     dictionary = None
     if has_dict:
         dict_data = as_u8(buffers[2])
@@ -212,9 +347,11 @@ def _read_words(data: np.ndarray, positions: np.ndarray, width: int) -> np.ndarr
     return raw.copy().view(f"<u{width}").reshape(-1).astype(np.int64)
 
 
-def _full_zip(ctx: Ctx, layout: pb.FullZipLayout, buffers: list[pa.Buffer], rows: int) -> PageData:
+def _full_zip(
+    ctx: Ctx, layout: pb.FullZipLayout, buffers: list[pa.Buffer], rows: int, select: np.ndarray | None = None
+) -> PageData:
     ctx.check(len(buffers) >= 1, "full-zip page without data")
-    data = as_u8(buffers[0])
+    data = buffers[0]
     bits_rep, bits_def = layout.bits_rep, layout.bits_def
     ctx.check(bits_rep <= 16 and bits_def <= 16, "control word wider than 32 bits")
     word = _word_bytes(bits_rep, bits_def)
@@ -239,8 +376,19 @@ def _full_zip(ctx: Ctx, layout: pb.FullZipLayout, buffers: list[pa.Buffer], rows
     if bits_rep == 0 and length_bytes == 0:
         # fixed width, every entry visible: a regular stride
         stride = word + value_bytes
+        if select is None:
+            data = as_u8(data)
+        elif stride:
+            ctx.check(len(data) == entries * stride and entries == rows, "full-zip data size does not match its entries")
+            data, at = gather(data, select * stride, np.full(len(select), stride))
+            data = take_ranges(data, at, np.full(len(select), stride))
+            entries = rows = len(select)
+            select = None
         ctx.check(len(data) == entries * stride, "full-zip data size does not match its entries")
         matrix = data.reshape(entries, stride) if stride else data.reshape(entries, 0)
+        if select is not None:
+            ctx.check(entries == rows, "full-zip entries differ from rows without repetition")
+            matrix, entries, rows = matrix[select], len(select), len(select)
         defs = None
         if word:
             defs = matrix[:, :word].copy().view(f"<u{word}").reshape(-1).astype(np.int64) & def_mask
@@ -255,18 +403,26 @@ def _full_zip(ctx: Ctx, layout: pb.FullZipLayout, buffers: list[pa.Buffer], rows
     row_starts = index.view(f"<u{width}").astype(np.int64)
     ctx.check(rows == 0 or (row_starts[0] == 0 and row_starts[-1] == len(data)
                             and bool(np.all(np.diff(row_starts) > 0))), "repetition index inconsistent")
+    row_ends = row_starts[1:]
+    row_starts = row_starts[:-1]
+    if select is not None:
+        row_starts, row_ends, rows = row_starts[select], row_ends[select], len(select)
+        data, moved = gather(data, row_starts, row_ends - row_starts)
+        row_starts, row_ends = moved, moved + (row_ends - row_starts)
+    else:
+        data = as_u8(data)
     if bits_rep == 0:
         # one entry per row: the index gives every entry's start
-        position = row_starts[:-1]
-        ctx.check(rows == entries, "full-zip entries differ from rows without repetition")
+        position = row_starts
+        ctx.check(select is not None or rows == entries, "full-zip entries differ from rows without repetition")
         words = _read_words(data, position, word)
         reps = defs = None
         if word:
             _, defs = split(words)
     else:
-        position, words = _walk_rows(ctx, data, row_starts, word, value_bytes, length_bytes, split, limit)
+        position, words = _walk_rows(ctx, data, row_starts, row_ends, word, value_bytes, length_bytes, split, limit)
         reps, defs = split(words)
-        ctx.check(len(position) == entries, "full-zip entry count differs from the layout")
+        ctx.check(select is not None or len(position) == entries, "full-zip entry count differs from the layout")
     visible = np.ones(len(position), dtype=bool) if defs is None else defs <= limit
     valid = visible if defs is None else defs == 0
     body = position + word
@@ -275,7 +431,10 @@ def _full_zip(ctx: Ctx, layout: pb.FullZipLayout, buffers: list[pa.Buffer], rows
         has_value = visible & valid
         lengths[has_value] = _read_words(data, body[has_value], length_bytes)
         ends = np.where(has_value, body + length_bytes + lengths, body)
-        ctx.check(bool(np.all(ends <= np.append(position[1:], len(data)))), "full-zip value overruns its entry")
+        if select is None:
+            ctx.check(bool(np.all(ends <= np.append(position[1:], len(data)))), "full-zip value overruns its entry")
+        else:
+            ctx.check(bool(np.all(ends <= len(data))), "full-zip value overruns the page")
         vis = np.flatnonzero(visible)
         block = Variable(exclusive_cumsum(lengths[vis]), take_ranges(data, body[vis] + length_bytes, lengths[vis]),
                          len(vis))
@@ -285,7 +444,7 @@ def _full_zip(ctx: Ctx, layout: pb.FullZipLayout, buffers: list[pa.Buffer], rows
         ctx.check(bool(np.all(body[vis] + value_bytes <= len(data))), "full-zip value overruns the page")
         rows2d = take_ranges(data, body[vis], np.full(len(vis), value_bytes)).reshape(len(vis), value_bytes)
         values = _fixed_per_value(ctx, layout.value_compression, rows2d, value_bytes)
-    ctx.check(values.n == layout.num_visible_items or layout.num_visible_items == 0,
+    ctx.check(select is not None or values.n == layout.num_visible_items or layout.num_visible_items == 0,
               "full-zip visible entries differ from the layout")
     return PageData(rows, layers, len(position), _levels(reps), _levels(defs), values)
 
@@ -294,15 +453,15 @@ def _levels(values: np.ndarray | None) -> np.ndarray | None:
     return None if values is None else values.astype(np.uint16)
 
 
-def _walk_rows(ctx, data, row_starts, word, value_bytes, length_bytes, split, limit):
+def _walk_rows(ctx, data, row_starts, row_ends, word, value_bytes, length_bytes, split, limit):
     """Entry positions and control words of a full-zip page with repetition.
 
     Entries of one row follow each other with data-dependent sizes, so rows are
     walked in rounds: round k reads the k-th entry of every row still open,
     vectorised over the rows (rounds = entries of the longest row).
     """
-    cursor = row_starts[:-1].copy()
-    ends = row_starts[1:]
+    cursor = row_starts.copy()
+    ends = row_ends
     row = np.arange(len(cursor), dtype=np.int64)
     found_pos, found_word, found_row, found_round = [], [], [], []
     active = np.flatnonzero(cursor < ends)

@@ -54,11 +54,13 @@ class Assembler21:
         schema: LanceSchema,
         mapping: dict[int, int],
         buffers: dict[tuple[int, int], list[pa.Buffer]],
+        selection: np.ndarray | None = None,
     ) -> None:
         self.reader = reader
         self.schema = schema
         self.mapping = mapping
         self.buffers = buffers
+        self.selection = selection  # sorted unique rows of the file to read (None: all)
 
     # ------------------------------------------------------------------ public
 
@@ -115,18 +117,23 @@ class Assembler21:
             if pa.types.is_fixed_size_list(dtype):
                 entries_per_row *= dtype.list_size
         stored = sum(page.length for page in metadata.pages)
-        if entries_per_row is not None and stored != rows * entries_per_row:
-            raise self._ctx(leaf, column).corrupt(f"pages hold {stored} rows, the file has {rows}")
+        file_rows = self.reader.num_rows if self.selection is not None else rows
+        if entries_per_row is not None and stored != file_rows * entries_per_row:
+            raise self._ctx(leaf, column).corrupt(f"pages hold {stored} rows, the file has {file_rows}")
+        selects = page_selection(metadata, self.selection, entries_per_row)
         per_page_levels: list[list[Level]] = []
         leaves: list[pa.Array] = []
         for number, page in enumerate(metadata.pages):
+            select = None if selects is None else selects.get(number)
+            if selects is not None and select is None:
+                continue
             ctx = self._ctx(leaf, column, number)
             layout = page_codec.parse_layout(ctx, page.encoding)
-            data = page_codec.decode_page(ctx, layout, self.buffers[(column, number)], page.length)
+            data = page_codec.decode_page(ctx, layout, self.buffers[(column, number)], page.length, select)
             check_layers(ctx, data.layers, kinds)
             structure = unravel(ctx, data.rep, data.defs, data.layers, data.entries)
             top = structure.levels[0].length
-            expected = page.length
+            expected = page.length if select is None else len(select)
             if top != expected:
                 raise ctx.corrupt(f"page has {top} rows, its metadata says {expected}")
             leaves.append(self._leaf_array(ctx, data, structure.leaf_count, structure.leaf_valid, leaf_type))
@@ -192,6 +199,8 @@ class Assembler21:
     def _build(self, field: file_pb2.Field, dtype: pa.DataType, depth: int, leaves: dict[int, _Column]) -> pa.Array:
         own = leaves.get(field.id)
         if own is not None:
+            if not own.leaves:
+                return pa.array([], type=dtype)
             return own.leaves[0] if len(own.leaves) == 1 else pa.concat_arrays(own.leaves)
         below = [leaves[i] for i in self.schema.subtree_ids(field.id) if i in leaves]
         level = below[0].levels[depth]
@@ -228,6 +237,21 @@ class Assembler21:
         if len(array) != length:
             raise self._ctx(field).corrupt(f"{len(array)} values, the parent expects {length}")
         return array
+
+
+def page_selection(metadata, selection: np.ndarray | None, entries_per_row: int | None = 1) -> dict[int, np.ndarray] | None:
+    """Page number -> sorted positions in the page of the selected rows (pages without any left out);
+    None without a selection. Pages of a column under fixed-size lists of structs count entries
+    (``entries_per_row`` of them per row)."""
+    if selection is None:
+        return None
+    if entries_per_row and entries_per_row > 1:
+        selection = (selection[:, None] * entries_per_row + np.arange(entries_per_row)).reshape(-1)
+    lengths = np.array([page.length for page in metadata.pages], dtype=np.int64)
+    bounds = exclusive_cumsum(lengths)
+    cuts = np.searchsorted(selection, bounds)
+    return {number: selection[cuts[number]: cuts[number + 1]] - bounds[number]
+            for number in np.flatnonzero(cuts[1:] > cuts[:-1]).tolist()}
 
 
 def _scalar_for(ctx: Ctx, scalar, dtype: pa.DataType):

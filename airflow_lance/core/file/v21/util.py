@@ -45,8 +45,64 @@ class Ctx:
             raise self.corrupt(reason)
 
 
+class LazyBuffer:
+    """A page buffer that is not read yet: :meth:`gather` reads only some of its byte ranges.
+
+    ``read(offset, size)`` reads bytes of the buffer; ranges closer than
+    ``gap`` bytes are read with one request. :meth:`gather` returns the bytes
+    read, back to back, and where each requested range starts in them
+    (relative order, and the offset of a range from the start of its request,
+    hence 8-byte alignment of 8-aligned ranges, are kept).
+    """
+
+    def __init__(self, read, size: int, gap: int) -> None:
+        self._read = read
+        self.size = size
+        self.gap = gap
+        self._whole: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return self.size
+
+    def whole(self) -> np.ndarray:
+        if self._whole is None:
+            self._whole = as_u8(self._read(0, self.size)) if self.size else _EMPTY_U8
+        return self._whole
+
+    def gather(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(bytes, start of every range in them) for sorted, non-overlapping ranges in the buffer."""
+        starts = np.asarray(starts, dtype=np.int64)
+        lengths = np.asarray(lengths, dtype=np.int64)
+        if self._whole is not None or not len(starts):
+            return self.whole() if len(starts) else _EMPTY_U8, starts
+        ends = starts + lengths
+        if int(starts[0]) < 0 or int(ends[-1]) > self.size or bool(np.any(starts[1:] < ends[:-1])):
+            raise ValueError("byte ranges outside the buffer or out of order")
+        new_run = np.ones(len(starts), dtype=bool)
+        new_run[1:] = starts[1:] > ends[:-1] + self.gap
+        heads = np.flatnonzero(new_run)
+        run_starts, run_ends = starts[heads], ends[np.append(heads[1:], len(starts)) - 1]
+        if len(heads) == 1 and int(run_starts[0]) == 0 and int(run_ends[0]) == self.size:
+            return self.whole(), starts
+        pieces = [as_u8(self._read(s, e - s)) for s, e in zip(run_starts.tolist(), run_ends.tolist())]
+        data = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+        run = np.cumsum(new_run) - 1
+        bases = exclusive_cumsum(run_ends - run_starts)[:-1]
+        return data, bases[run] + starts - run_starts[run]
+
+
+def gather(buffer, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(bytes, new range starts): the bytes of ``buffer`` holding the given ranges (a
+    :class:`LazyBuffer` reads only them) and where each range starts in those bytes."""
+    if isinstance(buffer, LazyBuffer):
+        return buffer.gather(starts, lengths)
+    return as_u8(buffer), np.asarray(starts, dtype=np.int64)
+
+
 def as_u8(buffer: pa.Buffer | bytes | np.ndarray) -> np.ndarray:
     """A read-only uint8 view of a buffer (no copy)."""
+    if isinstance(buffer, LazyBuffer):
+        return buffer.whole()
     if isinstance(buffer, np.ndarray):
         return buffer.view(np.uint8) if buffer.dtype != np.uint8 else buffer
     if len(buffer) == 0:
