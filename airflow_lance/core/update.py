@@ -26,7 +26,7 @@ from airflow_lance.core._proto import table_pb2
 from airflow_lance.core.deletion import deletion_path, keep_mask, read_deletion_vector, write_deletion_vector
 from airflow_lance.core.errors import InvalidInputError
 from airflow_lance.core.fragment import FragmentMetadata
-from airflow_lance.core.scan import apply_filter, read_fragment
+from airflow_lance.core.scan import FragmentReader, apply_filter, read_fragment
 from airflow_lance.core.schema import LanceSchema
 from airflow_lance.core.storage import ObjectStore
 from airflow_lance.core.transaction import LanceOperation
@@ -50,8 +50,10 @@ def live_rows(store: ObjectStore, fragment: FragmentMetadata, projection: LanceS
 
 
 def read_rows(store: ObjectStore, fragment: FragmentMetadata, projection: LanceSchema, offsets: np.ndarray) -> pa.Table:
-    """The rows at physical ``offsets`` of a fragment for ``projection`` (deletions not applied)."""
-    return read_fragment(store, fragment, projection, with_deletions=False).take(pa.array(offsets))
+    """The rows at physical ``offsets`` of a fragment for ``projection`` (deletions not applied);
+    only the pages (2.1+: chunks) holding them are decoded."""
+    with FragmentReader(store, fragment) as reader:
+        return reader.read(projection, rows=np.asarray(offsets))
 
 
 def delete_offsets(
