@@ -665,7 +665,7 @@ def plan_alter_columns(dataset: LanceDataset, alterations: Sequence[Mapping[str,
         data_type = alteration.get("data_type")
         if data_type is not None:
             if source.parent_id != -1:
-                raise UnsupportedFeatureError(f"casting the nested column {path!r} is not supported")
+                _check_nested_cast(dataset, schema, source, path, casts)
             old_type = schema.arrow_field(source.id).type
             if not isinstance(data_type, pa.DataType) or not _is_upcast_downcast(old_type, data_type):
                 raise SchemaEvolutionError(f'Cannot cast column "{path}" from {old_type} to {data_type}')
@@ -680,6 +680,52 @@ def plan_alter_columns(dataset: LanceDataset, alterations: Sequence[Mapping[str,
     if not casts:
         return LanceOperation.Project(LanceSchema.from_fields(renamed.fields, schema.metadata), not tightened)
     return _plan_casts(dataset, renamed, casts)
+
+
+def _ancestors(schema: LanceSchema, field: file_pb2.Field) -> list[file_pb2.Field]:
+    """The fields above ``field``, top-level first."""
+    chain = []
+    while field.parent_id != -1:
+        field = schema.field(field.parent_id)
+        chain.append(field)
+    return chain[::-1]
+
+
+def _check_nested_cast(dataset: LanceDataset, schema: LanceSchema, source: file_pb2.Field, path: str,
+                       casts: Sequence[tuple[file_pb2.Field, pa.DataType]]) -> None:
+    """A nested cast as pylance 14 does it: a leaf inside structs only, 2.1+ files (pylance
+    writes 2.0 datasets it cannot read back), one per top-level struct and call."""
+    if dataset.data_storage_version in (LEGACY_STORAGE_VERSION, "2.0"):
+        raise UnsupportedFeatureError(
+            f"casting the nested column {path!r} needs data storage version 2.1 or later "
+            f"(this dataset: {dataset.data_storage_version})")
+    ancestors = _ancestors(schema, source)
+    if schema.children(source.id) or not all(pa.types.is_struct(schema.arrow_field(a.id).type) for a in ancestors):
+        raise UnsupportedFeatureError(f"casting {path!r}: only a leaf field inside structs can be cast")
+    top = ancestors[0].id
+    if any(c.parent_id != -1 and _ancestors(schema, c)[0].id == top for c, _ in casts):
+        raise UnsupportedFeatureError(f"casting {path!r}: one nested cast per top-level struct and call")
+
+
+def _pruned_struct(schema: LanceSchema, chain: Sequence[file_pb2.Field], leaf: pa.Field) -> pa.Field:
+    """The struct field ``chain[0]`` holding only the path down to ``leaf``."""
+    field = leaf
+    for ancestor in reversed(chain):
+        arrow = schema.arrow_field(ancestor.id)
+        field = pa.field(arrow.name, pa.struct([field]), arrow.nullable, metadata=arrow.metadata)
+    return field
+
+
+def _cast_nested(array: pa.Array, path: Sequence[str], target: pa.DataType, output: pa.Field) -> pa.Array:
+    """``array`` (the top-level struct) pruned to ``path`` with the leaf cast; every level keeps
+    its validity."""
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    if not path:
+        return array.cast(target, safe=True)
+    child = _cast_nested(array.field(path[0]), path[1:], target, output.type.field(0))
+    mask = pa.array(np.asarray(array.is_null())) if array.null_count else None
+    return pa.StructArray.from_arrays([child], fields=[output.type.field(0)], mask=mask)
 
 
 def _copy(f: file_pb2.Field) -> file_pb2.Field:
@@ -705,9 +751,13 @@ def _plan_casts(dataset: LanceDataset, renamed: LanceSchema,
     new_arrow = []
     for source, data_type in casts:
         dest = renamed.field(source.id)
-        arrow_field = pa.field(dest.name, data_type, dest.nullable)
+        arrow_field = pa.field(dest.name, data_type, dest.nullable, metadata=renamed.arrow_field(source.id).metadata)
         new = _shifted(LanceSchema.from_arrow(pa.schema([arrow_field])).fields, next_id)
         next_id += len(new)
+        chain = _ancestors(renamed, source)
+        if chain:  # a nested leaf: the new field keeps its parent; the file holds the path down to it
+            new[0].parent_id = source.parent_id
+            arrow_field = _pruned_struct(renamed, chain, arrow_field)
         replaced[source.id] = new
         new_arrow.append(arrow_field)
     order = {f.id: i for i, f in enumerate(renamed.fields)}
@@ -717,19 +767,23 @@ def _plan_casts(dataset: LanceDataset, renamed: LanceSchema,
         new_arrow = [field for _, field in sorted(zip([order[s.id] for s, _ in _given], new_arrow))]
     fields: list[file_pb2.Field] = []
     for f in renamed.fields:
-        if f.parent_id == -1 and f.id in replaced:
+        if f.id in replaced:
             fields.extend(replaced[f.id])
         elif f.id not in {i for s, _ in casts for i in renamed.subtree_ids(s.id)}:
             fields.append(f)
     new_schema = LanceSchema.from_fields(fields, renamed.metadata)
-    cast_fields = LanceSchema([f for s, _ in casts for f in replaced[s.id]])
-    names = [s.name for s, _ in casts]
+    cast_fields = LanceSchema([f for s, _ in casts for f in
+                               [_copy(a) for a in _ancestors(renamed, s)] + replaced[s.id]])
+    chains = [_ancestors(renamed, s) for s, _ in casts]
+    names = [chain[0].name if chain else s.name for chain, (s, _) in zip(chains, casts)]
+    paths = [[a.name for a in chain[1:]] + [s.name] if chain else [] for chain, (s, _) in zip(chains, casts)]
     output = pa.schema(new_arrow)
 
     def fn(batch: pa.RecordBatch) -> pa.RecordBatch:
         try:
             return pa.RecordBatch.from_arrays(
-                [batch.column(n).cast(t, safe=True) for n, (_, t) in zip(names, casts)], schema=output)
+                [_cast_nested(batch.column(n), path, t, out)
+                 for n, path, (_, t), out in zip(names, paths, casts, output)], schema=output)
         except pa.ArrowException as exc:
             raise SchemaEvolutionError(f"cannot cast: {exc}") from exc
 
