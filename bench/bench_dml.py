@@ -9,18 +9,21 @@ from __future__ import annotations
 import argparse
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-import lance as pylance
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/bench_dml.py` from anywhere
 
-import airflow_lance.core as ours
-from bench.anchor_data import anchor_table
+import lance as pylance  # noqa: E402
+import numpy as np  # noqa: E402
+import pyarrow as pa  # noqa: E402
+import pyarrow.compute as pc  # noqa: E402
+
+import airflow_lance.core as ours  # noqa: E402
+from bench.anchor_data import anchor_table  # noqa: E402
 
 
 def _source(table: pa.Table) -> pa.Table:

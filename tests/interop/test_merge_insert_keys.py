@@ -91,9 +91,10 @@ def test_inserted_keys_filter_equals_pylance(tmp_path, name):
 
 
 def test_composite_primary_key_equals_pylance(tmp_path):
+    position = "lance-schema:unenforced-primary-key:position"
     schema = pa.schema([
-        pa.field("a", pa.int64(), nullable=False, metadata={**PK, "lance-schema:unenforced-primary-key:position": "0"}),
-        pa.field("b", pa.string(), nullable=False, metadata={**PK, "lance-schema:unenforced-primary-key:position": "1"}),
+        pa.field("a", pa.int64(), nullable=False, metadata={**PK, position: "0"}),
+        pa.field("b", pa.string(), nullable=False, metadata={**PK, position: "1"}),
         pa.field("v", pa.float64()),
     ])
     base = pa.table({"a": [1, 2, 3], "b": ["x", "y", "z"], "v": [1.0, 2.0, 3.0]}, schema=schema)
@@ -264,3 +265,14 @@ def test_one_attempt_then_the_conflict_is_raised_when_retries_are_spent(tmp_path
         builder.execute(_table([100], ["second"], schema))
     assert _rows(mine)["v"][_rows(mine)["id"].index(100)] == "first"
     assert np.array(_rows(mine)["id"]).tolist().count(100) == 1
+
+
+def test_our_transaction_model_round_trips_pylance_filter(tmp_path):
+    schema = _schema()
+    oracle, _ = _copies(tmp_path, schema)
+    _upsert(pylance.dataset(oracle), _table([100, 3], ["x", "y"], schema))
+    txn = ours.dataset(oracle).read_transaction(2)
+    theirs = _last_update(oracle)
+    assert txn.operation.inserted_rows_filter is not None
+    assert txn.operation.inserted_rows_filter.field_ids == [0]
+    assert txn.to_pb().update.inserted_rows.SerializeToString() == theirs.inserted_rows.SerializeToString()
