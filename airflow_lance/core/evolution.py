@@ -247,10 +247,11 @@ def _split_read_columns(read_columns: Sequence[str] | None, schema: LanceSchema)
 
 
 def _sql_compute(transforms: Mapping[Any, Any], schema: LanceSchema) -> _Compute:
-    from airflow_lance.core.filter import value_expression  # sqlglot is slow to import
+    from airflow_lance.core.filter import translate_value  # sqlglot is slow to import
 
     arrow = schema.to_arrow()
     expressions: dict[str, pc.Expression] = {}
+    nullable: dict[str, bool] = {}
     needed_by: dict[str, list[str]] = {}
     read: list[str] = []
     for name, sql in transforms.items():
@@ -259,7 +260,7 @@ def _sql_compute(transforms: Mapping[Any, Any], schema: LanceSchema) -> _Compute
         if not isinstance(sql, str):
             raise InvalidTransformError(f"column expressions must be strings, not {type(sql).__name__}")
         try:
-            expressions[name], needed = value_expression(sql, arrow)
+            expressions[name], needed, nullable[name] = translate_value(sql, arrow)
             needed_by[name] = needed
         except SchemaEvolutionError:
             raise
@@ -268,15 +269,22 @@ def _sql_compute(transforms: Mapping[Any, Any], schema: LanceSchema) -> _Compute
         read += [c for c in needed if c not in read]
     empty = pa.schema([arrow.field(c) for c in read]).empty_table()
     sample = pa.dataset.dataset(empty).to_table(columns=expressions)
-    # an expression of literals only is folded to a constant: not nullable unless it is null (pylance's)
+    # pylance's nullability (DataFusion's): literals and non-null columns through null-preserving
+    # operators give a non-nullable column; a row that is null anyway is an error below. An
+    # expression of literals only is folded to a constant: nullable only if that is null.
     constants = {n: e for n, e in expressions.items() if not needed_by[n]}
-    folded = pa.dataset.dataset(pa.table({"_": [0]})).to_table(columns=constants) if constants else None
-    output = pa.schema([pa.field(n, t, folded is None or n not in constants or folded.column(n).null_count > 0)
-                        for n, t in zip(sample.schema.names, sample.schema.types)])
+    if constants:
+        folded = pa.dataset.dataset(pa.table({"_": [0]})).to_table(columns=constants)
+        nullable.update({n: folded.column(n).null_count > 0 for n in constants})
+    output = pa.schema([pa.field(n, t, nullable[n]) for n, t in zip(sample.schema.names, sample.schema.types)])
 
     def fn(batch: pa.RecordBatch) -> pa.RecordBatch:
         try:
             table = pa.dataset.dataset(pa.Table.from_batches([batch])).to_table(columns=expressions)
+            for field, column in zip(output, table.columns):
+                if not field.nullable and column.null_count:
+                    raise SchemaEvolutionError(f"column {field.name!r} is not nullable but its expression "
+                                               f"gave {column.null_count} null(s)")
             return _one_batch(table.cast(output), output)
         except pa.ArrowException as exc:
             raise SchemaEvolutionError(f"cannot evaluate the new columns: {exc}") from exc

@@ -117,3 +117,29 @@ def test_unsupported_concat_is_a_typed_error_and_nothing_changes(copies, sql):
     with pytest.raises(InvalidInputError):
         ours.dataset(mine).to_table(filter=f"{sql} = 'x'")
     assert ours.dataset(mine).version == version and sorted(os.listdir(mine)) == before
+
+
+NULLABILITY = ["n + 1", "n * 2 + n", "n % 3", "-n", "CAST(n AS STRING)", "n > 1", "n = 1 AND b", "NOT b",
+               "b OR x > 1", "x + n", "m || 'x'", "concat(m, m)", "upper(m)", "length(m)", "abs(n)", "x IS NULL",
+               "n IN (1, 2)", "n BETWEEN 1 AND 2", "m LIKE 'a%'", "st.a + 1", "st.c", "st['a']", "st['c']", "l[1]",
+               "array_has_any(l, [1])", "cardinality(l)", "starts_with(m, 'a')", "ends_with(m, 'a')",
+               "regexp_like(m, 'a')", "n + NULL", "1 + 1", "'a'", "CAST(1.5 AS STRING)", "x"]
+
+
+@pytest.mark.parametrize("sql", NULLABILITY)
+def test_new_column_nullability_as_pylance(tmp_path, sql):
+    """DataFusion's inference: non-null columns and literals through null-preserving operators
+    give a non-nullable column; functions (concat, upper, abs, list functions) a nullable one."""
+    schema = pa.schema([
+        pa.field("n", pa.int64(), False), pa.field("m", pa.string(), False), pa.field("x", pa.float64()),
+        pa.field("b", pa.bool_(), False), pa.field("l", pa.list_(pa.int64()), False),
+        pa.field("st", pa.struct([pa.field("a", pa.int64(), False), pa.field("c", pa.int64())]), False)])
+    table = pa.table({"n": [1, 2], "m": ["a", "b"], "x": [1.0, None], "b": [True, False], "l": [[1], [2]],
+                      "st": [{"a": 1, "c": None}, {"a": 2, "c": 3}]}, schema=schema)
+    oracle, mine = str(tmp_path / "oracle.lance"), str(tmp_path / "ours.lance")
+    pylance.write_dataset(table, oracle)
+    shutil.copytree(oracle, mine)
+    pylance.dataset(oracle).add_columns({"z": sql})
+    ours.dataset(mine).add_columns({"z": sql})
+    assert pylance.dataset(mine).schema.field("z") == pylance.dataset(oracle).schema.field("z")
+    assert pylance.dataset(mine).to_table().equals(pylance.dataset(oracle).to_table())
