@@ -373,6 +373,13 @@ def _parse_temporal(text: str, target: pa.DataType) -> pa.Scalar:
         ) from error
 
 
+def _datafusion_time_text(data_type: pa.DataType) -> bool:
+    """Timestamps (naive or UTC) and date64: written as text the way DataFusion writes them."""
+    if pa.types.is_timestamp(data_type):
+        return data_type.tz in (None, "UTC", "+00:00", "Z")
+    return pa.types.is_date64(data_type)
+
+
 def _cast_function(source: pa.DataType, target: pa.DataType) -> Callable[[Any], Any]:
     """SQL CAST from ``source`` to ``target`` as a function of arrays or Expressions.
 
@@ -385,6 +392,10 @@ def _cast_function(source: pa.DataType, target: pa.DataType) -> Callable[[Any], 
         from airflow_lance.core.filter_functions import float_to_string  # DataFusion's "2.0", "1e21", "NaN"
 
         return lambda value: float_to_string(value, source).cast(target)
+    if _datafusion_time_text(source) and (pa.types.is_string(target) or pa.types.is_large_string(target)):
+        from airflow_lance.core.filter_functions import timestamp_to_string  # "2023-01-02T03:04:05.120"
+
+        return lambda value: timestamp_to_string(value, source).cast(target)
     if pa.types.is_integer(source) and pa.types.is_decimal(target):
         wide = _decimal(_MAX_INTEGER_DIGITS + target.scale, target.scale)
         return lambda value: value.cast(wide).cast(options=options)
@@ -894,10 +905,12 @@ class _Translator:
         if pa.types.is_null(operand.type):
             return _constant(pa.scalar(None, pa.string()), node)
         t = operand.type
-        if not (_family(t) in ("string", "numeric") or pa.types.is_boolean(t) or pa.types.is_date(t)):
-            # DataFusion writes lists as "[1, 2]" and timestamps with a "T": not reproduced here
+        if not (_family(t) in ("string", "numeric") or pa.types.is_boolean(t) or pa.types.is_date(t)
+                or _datafusion_time_text(t)):
+            # DataFusion writes lists as "[1, 2]" and zoned timestamps with offsets: not reproduced here
             raise InvalidInputError(
-                f"concat / || of {_sql(node)} ({t}) is not supported: only strings, numbers, booleans and dates")
+                f"concat / || of {_sql(node)} ({t}) is not supported: only strings, numbers, booleans, dates "
+                "and timestamps without a time zone or in UTC")
         if operand.scalar is not None:
             return _constant(_cast_literal(operand.scalar, pa.string(), node), node)
         return _apply(_cast_function(operand.type, pa.string()), [operand], node)

@@ -192,3 +192,46 @@ def float_to_string(value: Any, float_type: pa.DataType) -> Any:
     if isinstance(value, pa.Scalar):
         return format_floats(pa.array([value.as_py()], float_type))[0]
     return pc.call_function(name, [value])
+
+
+# -- timestamps as text --------------------------------------------------------------------------
+
+_PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
+
+
+def format_timestamps(values: pa.Array) -> pa.Array:
+    """Timestamps (naive or UTC) and date64 as DataFusion writes them (chrono's RFC 3339 with
+    automatic precision): ``2023-01-02T03:04:05``, ``...05.120``, ``...05.000600``, a ``Z`` for UTC;
+    fractions of 3, 6 or 9 digits, the fewest that are exact, none when zero."""
+    values = _as_array(values)
+    if pa.types.is_date64(values.type):
+        values = values.cast(pa.timestamp("ms"))
+    unit, tz = values.type.unit, values.type.tz
+    naive = values.cast(pa.timestamp(unit)) if tz else values
+    ticks = np.asarray(naive.view(pa.int64()).fill_null(0), np.int64)
+    per = _PER_SECOND[unit]
+    nanos = (ticks % per) * (1_000_000_000 // per)
+    seconds = pa.array(ticks // per, pa.int64()).cast(pa.timestamp("s"))
+    base = pc.replace_substring(seconds.cast(pa.string()), " ", "T", max_replacements=1)
+    millis, micros = nanos % 1_000_000 == 0, nanos % 1_000 == 0
+    frac3 = pc.utf8_lpad(pa.array(nanos // 1_000_000).cast(pa.string()), 3, "0")
+    frac6 = pc.utf8_lpad(pa.array(nanos // 1_000).cast(pa.string()), 6, "0")
+    frac9 = pc.utf8_lpad(pa.array(nanos).cast(pa.string()), 9, "0")
+    fraction = pc.if_else(pa.array(nanos == 0), "", pc.binary_join_element_wise(
+        ".", pc.if_else(pa.array(millis), frac3, pc.if_else(pa.array(micros), frac6, frac9)), ""))
+    text = pc.binary_join_element_wise(base, fraction, "Z" if tz else "", "")
+    return pc.if_else(pc.is_null(values), pa.scalar(None, pa.string()), text)
+
+
+def timestamp_to_string(value: Any, source_type: pa.DataType) -> Any:
+    """``format_timestamps`` over an array, a scalar, or as an Expression."""
+
+    def kernel(ctx: Any, values: Any) -> pa.Array:
+        return format_timestamps(values)
+
+    name = _register(_name("timestamp_to_string", source_type), kernel, {"values": source_type}, pa.string())
+    if isinstance(value, pc.Expression):
+        return pc.Expression._call(name, [value])
+    if isinstance(value, pa.Scalar):
+        return format_timestamps(pa.array([value.as_py()], source_type))[0]
+    return pc.call_function(name, [value])

@@ -143,3 +143,30 @@ def test_new_column_nullability_as_pylance(tmp_path, sql):
     ours.dataset(mine).add_columns({"z": sql})
     assert pylance.dataset(mine).schema.field("z") == pylance.dataset(oracle).schema.field("z")
     assert pylance.dataset(mine).to_table().equals(pylance.dataset(oracle).to_table())
+
+
+def _times() -> pa.Table:
+    import datetime as dt
+
+    rows = [dt.datetime(2023, 1, 2, 3, 4, 5, 600), dt.datetime(2023, 1, 2, 3, 4, 5), None,
+            dt.datetime(2023, 1, 2, 3, 4, 5, 120000), dt.datetime(1969, 12, 31, 23, 59, 59, 500000),
+            dt.datetime(1900, 1, 1, 0, 0, 0, 1)]
+    columns = {unit: pa.array(rows, pa.timestamp(unit)) for unit in ("s", "ms", "us", "ns")}
+    columns["utc"] = pa.array(rows, pa.timestamp("us", "UTC"))
+    columns["d64"] = pa.array([1, 2, None, 3, -5, 86400000 * 365], pa.int64()).cast(pa.date64())
+    columns["m"] = pa.array(list("abcdef"))
+    return pa.table(columns)
+
+
+@pytest.mark.parametrize("column", ["s", "ms", "us", "ns", "utc", "d64"])
+def test_timestamps_as_text_as_pylance(tmp_path, column):
+    """DataFusion's RFC 3339 text: a T, fractions of 3/6/9 digits (none when zero), Z for UTC."""
+    oracle, mine = str(tmp_path / "oracle.lance"), str(tmp_path / "ours.lance")
+    pylance.write_dataset(_times(), oracle)
+    shutil.copytree(oracle, mine)
+    columns = {"c": f"CAST({column} AS STRING)", "k": f"concat(m, {column})", "p": f"m || {column}"}
+    pylance.dataset(oracle).add_columns(columns)
+    ours.dataset(mine).add_columns(columns)
+    assert pylance.dataset(mine).to_table().equals(pylance.dataset(oracle).to_table())
+    where = f"CAST({column} AS STRING) LIKE '%.5%' OR m || {column} = 'b2023-01-02T03:04:05'"
+    assert ours.dataset(mine).to_table(filter=where).equals(pylance.dataset(oracle).to_table(filter=where))
