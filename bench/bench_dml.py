@@ -9,17 +9,21 @@ from __future__ import annotations
 import argparse
 import shutil
 import statistics
+import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-import lance as pylance
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/bench_dml.py` from anywhere
 
-import airflow_lance.core as ours
-from bench.anchor_data import anchor_table
+import lance as pylance  # noqa: E402
+import numpy as np  # noqa: E402
+import pyarrow as pa  # noqa: E402
+import pyarrow.compute as pc  # noqa: E402
+
+import airflow_lance.core as ours  # noqa: E402
+from bench.anchor_data import anchor_table  # noqa: E402
 
 
 def _source(table: pa.Table) -> pa.Table:
@@ -33,6 +37,16 @@ def _source(table: pa.Table) -> pa.Table:
     return pa.concat_tables([changed, new])
 
 
+def dml_cases(table: pa.Table) -> dict[str, Callable[[object, object], object]]:
+    """The DML operations as ``case(dataset, lib)`` (also run by bench_semantics.py)."""
+    source = _source(table)
+    return {
+        "update 10%": lambda ds, lib: ds.update({"score": "score + 1", "category": "'x'"}, where="id % 10 = 3"),
+        "merge_insert 10%+5%": lambda ds, lib: ds.merge_insert("id").when_matched_update_all()
+        .when_not_matched_insert_all().execute(source),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=2_000_000)
@@ -40,16 +54,11 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     table = anchor_table(args.rows, args.wide)
-    source = _source(table)
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp) / "base.lance"
         pylance.write_dataset(table, base)
-        work = {
-            "update 10%": lambda lib, uri: lib.dataset(uri).update({"score": "score + 1", "category": "'x'"},
-                                                                   where="id % 10 = 3"),
-            "merge_insert 10%+5%": lambda lib, uri: lib.dataset(uri).merge_insert("id").when_matched_update_all()
-            .when_not_matched_insert_all().execute(source),
-        }
+        work = {name: (lambda case: lambda lib, uri: case(lib.dataset(uri), lib))(case)
+                for name, case in dml_cases(table).items()}
         for name, run in work.items():
             times: dict[str, list[float]] = {"pylance": [], "ours": []}
             for _ in range(args.repeat):

@@ -59,8 +59,24 @@ def _append(mine: Transaction, theirs: Transaction) -> Outcome:
     return OK
 
 
+def _inserted_keys(mine: Transaction, theirs: Transaction) -> Outcome:
+    """pylance 14's primary-key rule: an Update carrying inserted keys conflicts (retryably)
+    with a concurrent Append, with an Update without inserted keys, and with one whose keys
+    may overlap (or are on other fields)."""
+    keys = mine.operation.inserted_rows_filter
+    if theirs.kind == "append":
+        return RETRY
+    if theirs.kind == "update":
+        other = getattr(theirs.operation, "inserted_rows_filter", None)
+        if other is None or other.field_ids != keys.field_ids or keys.intersects(other):
+            return RETRY
+    return OK
+
+
 def _delete_or_update(mine: Transaction, theirs: Transaction) -> Outcome:
     kind = theirs.kind
+    if getattr(mine.operation, "inserted_rows_filter", None) is not None and _inserted_keys(mine, theirs) is RETRY:
+        return RETRY
     if kind in ("append", "create_index", "project", "reserve_fragments", "update_config"):
         return OK
     if kind in ("overwrite", "restore"):

@@ -51,6 +51,10 @@ class AmbiguousMergeInsertError(InvalidInputError, OSError):
     """A merge insert whose source has several rows for one target row (pylance: ``OSError``)."""
 
 
+class MergeInsertMatchedError(InvalidInputError, OSError):
+    """``when_matched_fail()``: a source row matched a target row (nothing was written)."""
+
+
 class SchemaEvolutionError(InvalidInputError, OSError):
     """Bad input to ``add_columns``/``drop_columns``/``alter_columns``/``merge``: an unknown or
     existing column, an expression that does not evaluate, a cast Lance does not allow

@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import io
 import os
+import pickle
 import sqlite3
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import closing
@@ -60,9 +61,11 @@ _ROWS = "__airflow_lance_rows"
 
 
 class BatchUDFCheckpoint:
-    """Results of a UDF kept in SQLite until they are committed (pylance's tables: ``batches``
-    per (fragment, batch index) and ``fragments`` written but not committed). Batches are
-    stored as Arrow IPC streams."""
+    """Results of a UDF kept in SQLite until they are committed, in pylance's format, so a run
+    of either resumes from a checkpoint the other wrote: table ``batches`` (fragment id, batch
+    index, the result RecordBatch pickled as pylance does) and ``fragments`` (fragments whose
+    new file is written but not committed, as pylance's JSON). Pickles are read with an
+    unpickler that only builds pyarrow objects; our older IPC-stream blobs are still read."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
@@ -82,16 +85,24 @@ class BatchUDFCheckpoint:
             ).fetchone()
         if row is None:
             return None
-        with pa.ipc.open_stream(pa.py_buffer(row[0])) as reader:
+        blob = bytes(row[0])
+        if blob[:1] == b"\x80":  # a pickle (pylance's format)
+            try:
+                batch = _ArrowUnpickler(io.BytesIO(blob)).load()
+            except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError) as exc:
+                raise SchemaEvolutionError(f"checkpoint {self.path}: batch ({fragment_id}, {batch_index}) "
+                                           f"does not unpickle: {exc}") from exc
+            if not isinstance(batch, pa.RecordBatch):
+                raise SchemaEvolutionError(f"checkpoint {self.path}: batch ({fragment_id}, {batch_index}) "
+                                           f"holds a {type(batch).__name__}, not a RecordBatch")
+            return batch
+        with pa.ipc.open_stream(pa.py_buffer(blob)) as reader:
             return _one_batch(reader.read_all(), reader.schema)
 
     def insert_batch(self, fragment_id: int, batch_index: int, batch: pa.RecordBatch) -> None:
-        sink = io.BytesIO()
-        with pa.ipc.new_stream(sink, batch.schema) as writer:
-            writer.write_batch(batch)
         with closing(sqlite3.connect(self.path)) as conn:
             conn.execute("INSERT INTO batches (fragment_id, batch_index, result) VALUES (?, ?, ?)",
-                         (fragment_id, batch_index, sink.getvalue()))
+                         (fragment_id, batch_index, pickle.dumps(batch)))
             conn.commit()
 
     def get_fragment(self, fragment_id: int) -> str | None:
@@ -104,6 +115,18 @@ class BatchUDFCheckpoint:
             conn.execute("INSERT INTO fragments (fragment_id, data) VALUES (?, ?)", (fragment_id, fragment))
             conn.execute("DELETE FROM batches WHERE fragment_id = ?", (fragment_id,))
             conn.commit()
+
+
+_PLAIN_BUILTINS = {("builtins", "bytearray"), ("builtins", "bytes")}
+
+
+class _ArrowUnpickler(pickle.Unpickler):
+    """Builds only pyarrow's own objects (what a pickled RecordBatch refers to)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module == "pyarrow.lib" and not name.startswith("__")) or (module, name) in _PLAIN_BUILTINS:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"a UDF checkpoint may only hold pyarrow objects, not {module}.{name}")
 
 
 class BatchUDF:
@@ -224,10 +247,12 @@ def _split_read_columns(read_columns: Sequence[str] | None, schema: LanceSchema)
 
 
 def _sql_compute(transforms: Mapping[Any, Any], schema: LanceSchema) -> _Compute:
-    from airflow_lance.core.filter import value_expression  # sqlglot is slow to import
+    from airflow_lance.core.filter import translate_value  # sqlglot is slow to import
 
     arrow = schema.to_arrow()
     expressions: dict[str, pc.Expression] = {}
+    nullable: dict[str, bool] = {}
+    needed_by: dict[str, list[str]] = {}
     read: list[str] = []
     for name, sql in transforms.items():
         if not isinstance(name, str):
@@ -235,7 +260,8 @@ def _sql_compute(transforms: Mapping[Any, Any], schema: LanceSchema) -> _Compute
         if not isinstance(sql, str):
             raise InvalidTransformError(f"column expressions must be strings, not {type(sql).__name__}")
         try:
-            expressions[name], needed = value_expression(sql, arrow)
+            expressions[name], needed, nullable[name] = translate_value(sql, arrow)
+            needed_by[name] = needed
         except SchemaEvolutionError:
             raise
         except Exception as exc:
@@ -243,11 +269,22 @@ def _sql_compute(transforms: Mapping[Any, Any], schema: LanceSchema) -> _Compute
         read += [c for c in needed if c not in read]
     empty = pa.schema([arrow.field(c) for c in read]).empty_table()
     sample = pa.dataset.dataset(empty).to_table(columns=expressions)
-    output = pa.schema([pa.field(n, t, True) for n, t in zip(sample.schema.names, sample.schema.types)])
+    # pylance's nullability (DataFusion's): literals and non-null columns through null-preserving
+    # operators give a non-nullable column; a row that is null anyway is an error below. An
+    # expression of literals only is folded to a constant: nullable only if that is null.
+    constants = {n: e for n, e in expressions.items() if not needed_by[n]}
+    if constants:
+        folded = pa.dataset.dataset(pa.table({"_": [0]})).to_table(columns=constants)
+        nullable.update({n: folded.column(n).null_count > 0 for n in constants})
+    output = pa.schema([pa.field(n, t, nullable[n]) for n, t in zip(sample.schema.names, sample.schema.types)])
 
     def fn(batch: pa.RecordBatch) -> pa.RecordBatch:
         try:
             table = pa.dataset.dataset(pa.Table.from_batches([batch])).to_table(columns=expressions)
+            for field, column in zip(output, table.columns):
+                if not field.nullable and column.null_count:
+                    raise SchemaEvolutionError(f"column {field.name!r} is not nullable but its expression "
+                                               f"gave {column.null_count} null(s)")
             return _one_batch(table.cast(output), output)
         except pa.ArrowException as exc:
             raise SchemaEvolutionError(f"cannot evaluate the new columns: {exc}") from exc
@@ -418,10 +455,34 @@ def compute_fragment_columns(
         raise SchemaEvolutionError(f"fragment {fragment.id}: expected one new data file, wrote {len(files)}")
     new = dataclasses.replace(fragment, files=fragment.files + files)
     if compute.cache is not None:
-        import json
-
-        compute.cache.insert_fragment(fragment.id, json.dumps(new.to_json()))
+        compute.cache.insert_fragment(fragment.id, checkpoint_fragment_json(new))
     return new
+
+
+def checkpoint_fragment_json(fragment: FragmentMetadata) -> str:
+    """The fragment as pylance's checkpoint holds it (Lance's serde JSON): row ids and version
+    metadata as ``row_id_meta`` / ``*_version_meta``, so pylance resuming keeps them."""
+    import json
+
+    data = fragment.to_json()
+    extra = data.pop("extra", None)
+    if extra:
+        pb = table_pb2.DataFragment()
+        pb.ParseFromString(fragment.extra)
+
+        def external(f: table_pb2.ExternalFile) -> dict[str, Any]:
+            return {"path": f.path, "offset": f.offset, "size": f.size}
+
+        if pb.HasField("inline_row_ids"):
+            data["row_id_meta"] = {"Inline": list(pb.inline_row_ids)}
+        elif pb.HasField("external_row_ids"):
+            data["row_id_meta"] = {"External": external(pb.external_row_ids)}
+        for name in ("last_updated_at", "created_at"):
+            if pb.HasField(f"{name}_version_inline"):
+                data[f"{name}_version_meta"] = {"inline": list(getattr(pb, f"{name}_version_inline"))}
+            elif pb.HasField(f"{name}_version_file"):
+                data[f"{name}_version_meta"] = {"external": external(getattr(pb, f"{name}_version_file"))}
+    return json.dumps(data)
 
 
 def compute_all_fragments(dataset: LanceDataset, fragments: Sequence[FragmentMetadata], compute: _Compute,
@@ -612,7 +673,7 @@ def plan_alter_columns(dataset: LanceDataset, alterations: Sequence[Mapping[str,
         data_type = alteration.get("data_type")
         if data_type is not None:
             if source.parent_id != -1:
-                raise UnsupportedFeatureError(f"casting the nested column {path!r} is not supported")
+                _check_nested_cast(dataset, schema, source, path, casts)
             old_type = schema.arrow_field(source.id).type
             if not isinstance(data_type, pa.DataType) or not _is_upcast_downcast(old_type, data_type):
                 raise SchemaEvolutionError(f'Cannot cast column "{path}" from {old_type} to {data_type}')
@@ -627,6 +688,52 @@ def plan_alter_columns(dataset: LanceDataset, alterations: Sequence[Mapping[str,
     if not casts:
         return LanceOperation.Project(LanceSchema.from_fields(renamed.fields, schema.metadata), not tightened)
     return _plan_casts(dataset, renamed, casts)
+
+
+def _ancestors(schema: LanceSchema, field: file_pb2.Field) -> list[file_pb2.Field]:
+    """The fields above ``field``, top-level first."""
+    chain = []
+    while field.parent_id != -1:
+        field = schema.field(field.parent_id)
+        chain.append(field)
+    return chain[::-1]
+
+
+def _check_nested_cast(dataset: LanceDataset, schema: LanceSchema, source: file_pb2.Field, path: str,
+                       casts: Sequence[tuple[file_pb2.Field, pa.DataType]]) -> None:
+    """A nested cast as pylance 14 does it: a leaf inside structs only, 2.1+ files (pylance
+    writes 2.0 datasets it cannot read back), one per top-level struct and call."""
+    if dataset.data_storage_version in (LEGACY_STORAGE_VERSION, "2.0"):
+        raise UnsupportedFeatureError(
+            f"casting the nested column {path!r} needs data storage version 2.1 or later "
+            f"(this dataset: {dataset.data_storage_version})")
+    ancestors = _ancestors(schema, source)
+    if schema.children(source.id) or not all(pa.types.is_struct(schema.arrow_field(a.id).type) for a in ancestors):
+        raise UnsupportedFeatureError(f"casting {path!r}: only a leaf field inside structs can be cast")
+    top = ancestors[0].id
+    if any(c.parent_id != -1 and _ancestors(schema, c)[0].id == top for c, _ in casts):
+        raise UnsupportedFeatureError(f"casting {path!r}: one nested cast per top-level struct and call")
+
+
+def _pruned_struct(schema: LanceSchema, chain: Sequence[file_pb2.Field], leaf: pa.Field) -> pa.Field:
+    """The struct field ``chain[0]`` holding only the path down to ``leaf``."""
+    field = leaf
+    for ancestor in reversed(chain):
+        arrow = schema.arrow_field(ancestor.id)
+        field = pa.field(arrow.name, pa.struct([field]), arrow.nullable, metadata=arrow.metadata)
+    return field
+
+
+def _cast_nested(array: pa.Array, path: Sequence[str], target: pa.DataType, output: pa.Field) -> pa.Array:
+    """``array`` (the top-level struct) pruned to ``path`` with the leaf cast; every level keeps
+    its validity."""
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    if not path:
+        return array.cast(target, safe=True)
+    child = _cast_nested(array.field(path[0]), path[1:], target, output.type.field(0))
+    mask = pa.array(np.asarray(array.is_null())) if array.null_count else None
+    return pa.StructArray.from_arrays([child], fields=[output.type.field(0)], mask=mask)
 
 
 def _copy(f: file_pb2.Field) -> file_pb2.Field:
@@ -652,9 +759,13 @@ def _plan_casts(dataset: LanceDataset, renamed: LanceSchema,
     new_arrow = []
     for source, data_type in casts:
         dest = renamed.field(source.id)
-        arrow_field = pa.field(dest.name, data_type, dest.nullable)
+        arrow_field = pa.field(dest.name, data_type, dest.nullable, metadata=renamed.arrow_field(source.id).metadata)
         new = _shifted(LanceSchema.from_arrow(pa.schema([arrow_field])).fields, next_id)
         next_id += len(new)
+        chain = _ancestors(renamed, source)
+        if chain:  # a nested leaf: the new field keeps its parent; the file holds the path down to it
+            new[0].parent_id = source.parent_id
+            arrow_field = _pruned_struct(renamed, chain, arrow_field)
         replaced[source.id] = new
         new_arrow.append(arrow_field)
     order = {f.id: i for i, f in enumerate(renamed.fields)}
@@ -664,19 +775,23 @@ def _plan_casts(dataset: LanceDataset, renamed: LanceSchema,
         new_arrow = [field for _, field in sorted(zip([order[s.id] for s, _ in _given], new_arrow))]
     fields: list[file_pb2.Field] = []
     for f in renamed.fields:
-        if f.parent_id == -1 and f.id in replaced:
+        if f.id in replaced:
             fields.extend(replaced[f.id])
         elif f.id not in {i for s, _ in casts for i in renamed.subtree_ids(s.id)}:
             fields.append(f)
     new_schema = LanceSchema.from_fields(fields, renamed.metadata)
-    cast_fields = LanceSchema([f for s, _ in casts for f in replaced[s.id]])
-    names = [s.name for s, _ in casts]
+    cast_fields = LanceSchema([f for s, _ in casts for f in
+                               [_copy(a) for a in _ancestors(renamed, s)] + replaced[s.id]])
+    chains = [_ancestors(renamed, s) for s, _ in casts]
+    names = [chain[0].name if chain else s.name for chain, (s, _) in zip(chains, casts)]
+    paths = [[a.name for a in chain[1:]] + [s.name] if chain else [] for chain, (s, _) in zip(chains, casts)]
     output = pa.schema(new_arrow)
 
     def fn(batch: pa.RecordBatch) -> pa.RecordBatch:
         try:
             return pa.RecordBatch.from_arrays(
-                [batch.column(n).cast(t, safe=True) for n, (_, t) in zip(names, casts)], schema=output)
+                [_cast_nested(batch.column(n), path, t, out)
+                 for n, path, (_, t), out in zip(names, paths, casts, output)], schema=output)
         except pa.ArrowException as exc:
             raise SchemaEvolutionError(f"cannot cast: {exc}") from exc
 

@@ -24,7 +24,7 @@ import datetime as dt
 import decimal
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, ClassVar
 
@@ -116,20 +116,28 @@ def value_expression(sql: str, schema: pa.Schema) -> tuple[pc.Expression, list[s
     Raises:
         InvalidInputError: as :func:`to_expression`, for any value type.
     """
+    expression, columns, _ = translate_value(sql, schema)
+    return expression, columns
+
+
+def translate_value(sql: str, schema: pa.Schema) -> tuple[pc.Expression, list[str], bool]:
+    """:func:`value_expression` plus whether the result may be null, as DataFusion infers it
+    (pylance's nullability of a new column)."""
     if not isinstance(sql, str):
         raise InvalidInputError(f"a projection must be a SQL expression string, not {type(sql).__name__}")
     translator = _Translator(schema)
     translator.integer_literals_to_column = True
     try:
-        expression = translator._translate(_parse(sql)).expr
+        operand = translator._translate(_parse(sql))
     except RecursionError as error:
         raise InvalidInputError(f"expression is nested too deeply: {sql[:80]!r}...") from error
+    expression = operand.expr
     fields = [schema.field(name) for name in translator.columns]
     try:
         pa.dataset.dataset(pa.schema(fields).empty_table()).to_table(columns={"value": expression})
     except _ARROW_ERRORS as error:
         raise InvalidInputError(f"cannot evaluate expression {sql!r}: {str(error).splitlines()[0]}") from None
-    return expression, translator.columns
+    return expression, translator.columns, operand.nullable
 
 
 # ------------------------------------------------------- pyarrow Expression input
@@ -188,6 +196,9 @@ class _Operand:
     type: pa.DataType
     node: exp.Expression
     scalar: pa.Scalar | None = None
+    #: DataFusion's nullability of the result (what pylance gives a new column): False only
+    #: when no row can be null (non-null columns and literals through null-preserving operators).
+    nullable: bool = True
 
     @property
     def sql(self) -> str:
@@ -196,18 +207,22 @@ class _Operand:
 
 
 def _constant(value: pa.Scalar, node: exp.Expression) -> _Operand:
-    return _Operand(pc.scalar(value), value.type, node, value)
+    return _Operand(pc.scalar(value), value.type, node, value, nullable=not value.is_valid)
 
 
-def _apply(function: Callable[..., Any], operands: Sequence[_Operand], node: exp.Expression) -> _Operand:
+def _apply(function: Callable[..., Any], operands: Sequence[_Operand], node: exp.Expression,
+           nullable: bool | None = None) -> _Operand:
     """Apply a pyarrow compute function, first to one-null arrays of the operand
-    types: that checks the types (and compiles regular expressions) up front."""
+    types: that checks the types (and compiles regular expressions) up front. The result is
+    nullable when an operand is (or as ``nullable`` says: DataFusion's functions always are)."""
     try:
         probe = function(*(pa.nulls(1, operand.type) for operand in operands))
     except _ARROW_ERRORS as error:
         types = ", ".join(f"{operand.sql} is {operand.type}" for operand in operands)
         raise InvalidInputError(f"cannot evaluate {_sql(node)} ({types}): {error}") from error
-    return _Operand(function(*(operand.expr for operand in operands)), probe.type, node)
+    if nullable is None:
+        nullable = any(operand.nullable for operand in operands)
+    return _Operand(function(*(operand.expr for operand in operands)), probe.type, node, nullable=nullable)
 
 
 def _family(data_type: pa.DataType) -> str:
@@ -358,6 +373,13 @@ def _parse_temporal(text: str, target: pa.DataType) -> pa.Scalar:
         ) from error
 
 
+def _datafusion_time_text(data_type: pa.DataType) -> bool:
+    """Timestamps (naive or UTC) and date64: written as text the way DataFusion writes them."""
+    if pa.types.is_timestamp(data_type):
+        return data_type.tz in (None, "UTC", "+00:00", "Z")
+    return pa.types.is_date64(data_type)
+
+
 def _cast_function(source: pa.DataType, target: pa.DataType) -> Callable[[Any], Any]:
     """SQL CAST from ``source`` to ``target`` as a function of arrays or Expressions.
 
@@ -365,6 +387,15 @@ def _cast_function(source: pa.DataType, target: pa.DataType) -> Callable[[Any], 
     so integers go through such a decimal first.
     """
     options = _cast_options(target)
+    if (pa.types.is_float32(source) or pa.types.is_float64(source)) and (
+            pa.types.is_string(target) or pa.types.is_large_string(target)):
+        from airflow_lance.core.filter_functions import float_to_string  # DataFusion's "2.0", "1e21", "NaN"
+
+        return lambda value: float_to_string(value, source).cast(target)
+    if _datafusion_time_text(source) and (pa.types.is_string(target) or pa.types.is_large_string(target)):
+        from airflow_lance.core.filter_functions import timestamp_to_string  # "2023-01-02T03:04:05.120"
+
+        return lambda value: timestamp_to_string(value, source).cast(target)
     if pa.types.is_integer(source) and pa.types.is_decimal(target):
         wide = _decimal(_MAX_INTEGER_DIGITS + target.scale, target.scale)
         return lambda value: value.cast(wide).cast(options=options)
@@ -395,6 +426,10 @@ def _number(text: str) -> pa.Scalar:
 
 def _is_numeric(data_type: pa.DataType) -> bool:
     return _family(data_type) == "numeric"
+
+
+def _join_texts(*texts: Any, null_handling: str) -> Any:
+    return pc.binary_join_element_wise(*texts, "", null_handling=null_handling, null_replacement="")
 
 
 def _integer_remainder(dividend: Any, divisor: Any) -> Any:
@@ -691,7 +726,9 @@ class _Translator:
         identifiers = _identifiers(node)
         names = [self._top_level_name(identifiers[0])]
         data_type = self._schema.field(names[0]).type
+        nullable = self._schema.field(names[0]).nullable
         for identifier in identifiers[1:]:
+            nullable = nullable or data_type.field(identifier.name).nullable if pa.types.is_struct(data_type) else True
             data_type = _struct_field_type(names, data_type, identifier.name)
             names.append(identifier.name)
         if names[0] not in self.columns:
@@ -699,7 +736,7 @@ class _Translator:
         field = pc.field(*names)
         if pa.types.is_dictionary(data_type):  # string functions want plain values
             field, data_type = field.cast(data_type.value_type), data_type.value_type
-        return _Operand(field, data_type, node)
+        return _Operand(field, data_type, node, nullable=nullable)
 
     def _top_level_name(self, identifier: exp.Identifier) -> str:
         name = identifier.name
@@ -770,10 +807,10 @@ class _Translator:
     def _is(self, node: exp.Is) -> _Operand:
         test = node.expression
         if isinstance(test, exp.Null):
-            return _apply(pc.is_null, [self._translate(node.this)], node)
+            return _apply(pc.is_null, [self._translate(node.this)], node, nullable=False)
         if isinstance(test, exp.Boolean):
             function = _is_true if test.this else _is_false
-            return _apply(function, [self._boolean(node.this)], node)
+            return _apply(function, [self._boolean(node.this)], node, nullable=False)
         raise _unsupported(node)
 
     def _between(self, node: exp.Between) -> _Operand:
@@ -826,12 +863,13 @@ class _Translator:
 
     def _unary_function(self, node: exp.Func) -> _Operand:
         function = _UNARY_FUNCTIONS[type(node)]
-        return _apply(function, [self._translate(node.this)], node)
+        return _apply(function, [self._translate(node.this)], node, nullable=True)
 
     def _pattern_function(self, node: exp.Func) -> _Operand:
         pattern = _string_literal(node.expression, f"the pattern of {node.sql_name()}")
         function = partial(_PATTERN_FUNCTIONS[type(node)], pattern=pattern)
-        return _apply(function, [self._translate(node.this)], node)
+        nullable = None if isinstance(node, exp.StartsWith) else True  # pylance: starts_with is a LIKE
+        return _apply(function, [self._translate(node.this)], node, nullable=nullable)
 
     def _regexp(self, arguments: list[exp.Expression], node: exp.Expression) -> _Operand:
         if len(arguments) not in (2, 3):
@@ -857,7 +895,47 @@ class _Translator:
             return self._array_size(exp.ArraySize(this=node.expressions[0]))
         if name != "regexp_match":  # pylance: coerced to a boolean
             raise _unsupported(node)
-        return self._regexp(list(node.expressions), node)
+        return replace(self._regexp(list(node.expressions), node), nullable=True)
+
+    def _text(self, node: exp.Expression) -> _Operand:
+        """An operand of concat / ``||`` as text (DataFusion casts numbers and booleans)."""
+        operand = self._translate(node)
+        if pa.types.is_string(operand.type):
+            return operand
+        if pa.types.is_null(operand.type):
+            return _constant(pa.scalar(None, pa.string()), node)
+        t = operand.type
+        if not (_family(t) in ("string", "numeric") or pa.types.is_boolean(t) or pa.types.is_date(t)
+                or _datafusion_time_text(t)):
+            # DataFusion writes lists as "[1, 2]" and zoned timestamps with offsets: not reproduced here
+            raise InvalidInputError(
+                f"concat / || of {_sql(node)} ({t}) is not supported: only strings, numbers, booleans, dates "
+                "and timestamps without a time zone or in UTC")
+        if operand.scalar is not None:
+            return _constant(_cast_literal(operand.scalar, pa.string(), node), node)
+        return _apply(_cast_function(operand.type, pa.string()), [operand], node)
+
+    def _concat(self, node: exp.Concat) -> _Operand:
+        """``concat(a, b, ...)``: nulls count as empty strings (DataFusion's)."""
+        if not node.expressions:
+            raise InvalidInputError(f"{_sql(node)}: concat needs at least one argument")
+        operands = [self._text(arg) for arg in node.expressions]
+        function = partial(_join_texts, null_handling="replace")
+        return _apply(function, operands, node, nullable=True)
+
+    def _dpipe(self, node: exp.DPipe) -> _Operand:
+        """``a || b``: null when either side is null. As in pylance, one side must be a
+        string, and a literal next to a non-literal must have its type (no literal is cast)."""
+        left, right = self._translate(node.this), self._translate(node.expression)
+        texts = [pa.types.is_string(op.type) or pa.types.is_large_string(op.type) for op in (left, right)]
+        literals = [op.scalar is not None or pa.types.is_null(op.type) for op in (left, right)]
+        fits = [text or (pa.types.is_null(op.type) and any(texts)) for op, text in zip((left, right), texts)]
+        if not any(texts) or (literals[0] != literals[1] and not all(fits)):
+            raise InvalidInputError(
+                f"cannot evaluate {_sql(node)} ({left.type} || {right.type}): || needs strings "
+                "(a literal must have the type of the other side; use concat() to mix types)")
+        operands = [op if text else self._text(op.node) for op, text in zip((left, right), texts)]
+        return _apply(partial(_join_texts, null_handling="emit_null"), operands, node)
 
     # -- dates, binary literals, lists, brackets
 
@@ -936,7 +1014,7 @@ class _Translator:
 
     def _array_size(self, node: exp.ArraySize) -> _Operand:
         operand = self._list_operand(node.this, _sql(node))
-        return _apply(lambda lists: pc.list_value_length(lists).cast(pa.uint64()), [operand], node)
+        return _apply(lambda lists: pc.list_value_length(lists).cast(pa.uint64()), [operand], node, nullable=True)
 
     def _bracket(self, node: exp.Bracket) -> _Operand:
         if len(node.expressions) != 1:
@@ -955,7 +1033,9 @@ class _Translator:
         if pa.types.is_struct(base.type) and key.is_string:
             if base.type.get_field_index(key.this) < 0:
                 raise InvalidInputError(f"struct {base.sql} has no field {key.this!r}")
-            return _apply(partial(pc.struct_field, indices=[key.this]), [base], node)
+            child_nullable = base.type.field(key.this).nullable
+            return _apply(partial(pc.struct_field, indices=[key.this]), [base], node,
+                          nullable=True if child_nullable else None)
         if key.is_int:
             from airflow_lance.core.filter_functions import list_get
 
@@ -978,6 +1058,8 @@ _HANDLERS: dict[type[exp.Expression], _Handler] = {
     exp.Between: _Translator._between,
     exp.In: _Translator._in,
     exp.Cast: _Translator._cast,
+    exp.Concat: _Translator._concat,
+    exp.DPipe: _Translator._dpipe,
     exp.Like: _Translator._like,
     exp.ILike: _Translator._like,
     exp.Escape: _Translator._escape,

@@ -124,3 +124,114 @@ def list_get(lists: pc.Expression, list_type: pa.DataType, index: int | pc.Expre
     name = _register(_name("list_get_at", list_type), dynamic, {"lists": list_type, "index": pa.int64()},
                      list_type.value_type)
     return pc.Expression._call(name, [lists, index])
+
+
+# -- floats as text ------------------------------------------------------------------------------
+
+_FLOAT_PARTS = r"^(?P<sign>-?)(?P<int>[0-9]+)(?:\.(?P<frac>[0-9]*))?(?:e(?P<exp>[-+]?[0-9]+))?$"
+
+
+def format_floats(values: pa.Array) -> pa.Array:
+    """float32/float64 values as DataFusion writes them (arrow-rs, ryu): the shortest digits
+    that read back, ``2.0``, ``0.1``, ``1e21``, ``1.5e-7``, ``NaN``, ``inf``; positional while
+    the decimal exponent is within (-5, 16] (float32: (-6, 13]), scientific beyond.
+
+    pyarrow's own cast supplies the shortest digits; the layout is rebuilt from them with
+    whole-array string kernels (one pass per distinct position of the decimal point)."""
+    values = _as_array(values)
+    high, low = (16, -5) if pa.types.is_float64(values.type) else (13, -6)
+    plain = values.cast(pa.string())
+    parts = pc.extract_regex(plain, _FLOAT_PARTS)
+    ints, fracs = parts.field("int"), parts.field("frac")
+    exps = parts.field("exp")
+    digits_all = pc.binary_join_element_wise(ints, fracs, "")
+    stripped = pc.utf8_ltrim(digits_all, "0")
+    lead = np.asarray(pc.subtract(pc.utf8_length(digits_all), pc.utf8_length(stripped)).fill_null(0), np.int64)
+    digits = pc.utf8_rtrim(stripped, "0")
+    n = np.asarray(pc.utf8_length(digits).fill_null(0), np.int64)
+    exps = pc.utf8_ltrim(exps, "+")
+    exponent = np.asarray(pc.if_else(pc.equal(exps, ""), "0", exps).cast(pa.int64()).fill_null(0), np.int64)
+    kk = np.asarray(pc.utf8_length(ints).fill_null(0), np.int64) - lead + exponent
+    zero = n == 0
+    scientific = ~zero & ((kk > high) | (kk <= low))
+    whole = ~zero & ~scientific & (kk >= n)
+    small = ~zero & ~scientific & (kk <= 0)
+    fraction = ~zero & ~scientific & ~whole & ~small
+    first = pc.utf8_slice_codeunits(digits, 0, 1)
+    rest = pc.utf8_slice_codeunits(digits, 1)
+    mantissa = pc.if_else(pc.greater(pc.utf8_length(rest), 0), pc.binary_join_element_wise(first, rest, "."), first)
+    sci = pc.binary_join_element_wise(mantissa, pa.array(kk - 1).cast(pa.string()), "e")
+    zeros = pc.binary_repeat(pa.scalar("0"), pa.array(np.clip(kk - n, 0, None)))
+    whole_text = pc.binary_join_element_wise(digits, zeros, ".0", "")
+    small_zeros = pc.binary_repeat(pa.scalar("0"), pa.array(np.clip(-kk, 0, None)))
+    small_text = pc.binary_join_element_wise("0.", small_zeros, digits, "")
+    out = pc.if_else(pa.array(scientific), sci, pc.if_else(pa.array(whole), whole_text,
+                                                           pc.if_else(pa.array(small), small_text, "0.0")))
+    for k in np.unique(kk[fraction]).tolist():
+        mask = fraction & (kk == k)
+        chosen = digits.filter(pa.array(mask))
+        text = pc.binary_join_element_wise(pc.utf8_slice_codeunits(chosen, 0, k),
+                                           pc.utf8_slice_codeunits(chosen, k), ".")
+        out = pc.replace_with_mask(out, pa.array(mask), text)
+    out = pc.if_else(pc.equal(parts.field("sign"), "-"), pc.binary_join_element_wise("-", out, ""), out)
+    special = pc.is_null(parts)  # nan and the infinities: no digits to parse
+    named = pc.if_else(pc.is_nan(values), "NaN", pc.if_else(pc.greater(values, 0), "inf", "-inf"))
+    out = pc.if_else(special, named, out)
+    return pc.if_else(pc.is_null(values), pa.scalar(None, pa.string()), out)
+
+
+def float_to_string(value: Any, float_type: pa.DataType) -> Any:
+    """``format_floats`` over an array, or as an Expression over an Expression."""
+
+    def kernel(ctx: Any, values: Any) -> pa.Array:
+        return format_floats(values)
+
+    name = _register(_name("float_to_string", float_type), kernel, {"values": float_type}, pa.string())
+    if isinstance(value, pc.Expression):
+        return pc.Expression._call(name, [value])
+    if isinstance(value, pa.Scalar):
+        return format_floats(pa.array([value.as_py()], float_type))[0]
+    return pc.call_function(name, [value])
+
+
+# -- timestamps as text --------------------------------------------------------------------------
+
+_PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
+
+
+def format_timestamps(values: pa.Array) -> pa.Array:
+    """Timestamps (naive or UTC) and date64 as DataFusion writes them (chrono's RFC 3339 with
+    automatic precision): ``2023-01-02T03:04:05``, ``...05.120``, ``...05.000600``, a ``Z`` for UTC;
+    fractions of 3, 6 or 9 digits, the fewest that are exact, none when zero."""
+    values = _as_array(values)
+    if pa.types.is_date64(values.type):
+        values = values.cast(pa.timestamp("ms"))
+    unit, tz = values.type.unit, values.type.tz
+    naive = values.cast(pa.timestamp(unit)) if tz else values
+    ticks = np.asarray(naive.view(pa.int64()).fill_null(0), np.int64)
+    per = _PER_SECOND[unit]
+    nanos = (ticks % per) * (1_000_000_000 // per)
+    seconds = pa.array(ticks // per, pa.int64()).cast(pa.timestamp("s"))
+    base = pc.replace_substring(seconds.cast(pa.string()), " ", "T", max_replacements=1)
+    millis, micros = nanos % 1_000_000 == 0, nanos % 1_000 == 0
+    frac3 = pc.utf8_lpad(pa.array(nanos // 1_000_000).cast(pa.string()), 3, "0")
+    frac6 = pc.utf8_lpad(pa.array(nanos // 1_000).cast(pa.string()), 6, "0")
+    frac9 = pc.utf8_lpad(pa.array(nanos).cast(pa.string()), 9, "0")
+    fraction = pc.if_else(pa.array(nanos == 0), "", pc.binary_join_element_wise(
+        ".", pc.if_else(pa.array(millis), frac3, pc.if_else(pa.array(micros), frac6, frac9)), ""))
+    text = pc.binary_join_element_wise(base, fraction, "Z" if tz else "", "")
+    return pc.if_else(pc.is_null(values), pa.scalar(None, pa.string()), text)
+
+
+def timestamp_to_string(value: Any, source_type: pa.DataType) -> Any:
+    """``format_timestamps`` over an array, a scalar, or as an Expression."""
+
+    def kernel(ctx: Any, values: Any) -> pa.Array:
+        return format_timestamps(values)
+
+    name = _register(_name("timestamp_to_string", source_type), kernel, {"values": source_type}, pa.string())
+    if isinstance(value, pc.Expression):
+        return pc.Expression._call(name, [value])
+    if isinstance(value, pa.Scalar):
+        return format_timestamps(pa.array([value.as_py()], source_type))[0]
+    return pc.call_function(name, [value])

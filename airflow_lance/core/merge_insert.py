@@ -8,11 +8,19 @@ their old rows, and the rows deleted by ``when_not_matched_by_source_delete``, g
 vectors. Source columns may be a subset of the dataset's: updated rows keep their other
 values, inserted rows get nulls. A target row matched by two source rows is an error, as in
 pylance. Everything is evaluated before anything is written.
+
+``when_matched_fail()`` refuses any match (``MergeInsertMatchedError``, nothing written).
+When ``on`` is the schema's unenforced primary key the commit carries pylance 14's
+inserted-keys filter (``core.key_filter``): two concurrent merge_inserts that insert the same
+new key conflict, and the later one is re-planned on the new version (the key then matches),
+as in pylance; disjoint keys both commit. ``use_index`` is accepted and changes nothing: the
+core builds no index, every merge is a hash join over the live keys.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -20,13 +28,19 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_lance.core.errors import AmbiguousMergeInsertError, InvalidInputError, SchemaMismatchError
+from airflow_lance.core.errors import (
+    AmbiguousMergeInsertError,
+    InvalidInputError,
+    MergeInsertMatchedError,
+    SchemaMismatchError,
+)
 from airflow_lance.core.fragment import FragmentMetadata
-from airflow_lance.core.scan import apply_filter, read_fragment
+from airflow_lance.core.key_filter import KeyExistenceFilter, key_hashes, primary_key_fields
+from airflow_lance.core.scan import apply_filter
 from airflow_lance.core.schema import LanceSchema
 from airflow_lance.core.storage import ObjectStore
 from airflow_lance.core.transaction import LanceOperation, Transaction
-from airflow_lance.core.update import OFFSET, delete_offsets, live_rows, moved_row_ids, write_rows
+from airflow_lance.core.update import OFFSET, delete_offsets, live_rows, moved_row_ids, read_rows, write_rows
 from airflow_lance.core.write import as_batches
 
 if TYPE_CHECKING:
@@ -34,7 +48,6 @@ if TYPE_CHECKING:
 
 _FRAGMENT = "__airflow_lance_fragment"
 _SOURCE = "__airflow_lance_source_row"
-_PRIMARY_KEY = b"lance-schema:unenforced-primary-key"
 
 
 @dataclasses.dataclass
@@ -42,7 +55,7 @@ class MergeInsertPlan:
     """What the builder was configured to do."""
 
     on: list[str]
-    matched: str | None = None  # "update" or "delete"
+    matched: str | None = None  # "update", "delete" or "fail"
     condition: str | None = None
     insert: bool = False
     delete_by_source: bool = False
@@ -56,6 +69,8 @@ class MergeInsertBuilder:
         self._dataset = dataset
         self._plan = MergeInsertPlan(_key_columns(dataset.lance_schema, on))
         self._conflict_retries = 10
+        self._retry_timeout = dt.timedelta(seconds=30)
+        self._use_index = True
 
     def when_matched_update_all(self, condition: str | None = None) -> MergeInsertBuilder:
         """Matched rows are replaced by the source's (only those where ``condition`` holds;
@@ -68,6 +83,12 @@ class MergeInsertBuilder:
     def when_matched_delete(self) -> MergeInsertBuilder:
         """Matched rows are deleted from the target."""
         self._plan.matched, self._plan.condition = "delete", None
+        return self
+
+    def when_matched_fail(self) -> MergeInsertBuilder:
+        """Any source row matching a target row fails the whole operation
+        (``MergeInsertMatchedError`` naming the key; nothing is written)."""
+        self._plan.matched, self._plan.condition = "fail", None
         return self
 
     def when_not_matched_insert_all(self) -> MergeInsertBuilder:
@@ -84,6 +105,24 @@ class MergeInsertBuilder:
         self._conflict_retries = int(max_retries)
         return self
 
+    def retry_timeout(self, timeout: dt.timedelta) -> MergeInsertBuilder:
+        """Stop retrying conflicts after ``timeout`` (pylance's default: 30 seconds; one
+        attempt is always made)."""
+        if not isinstance(timeout, dt.timedelta):
+            raise TypeError(f"argument 'timeout': {type(timeout).__name__!r} object is not an instance of 'timedelta'")
+        if timeout < dt.timedelta(0):
+            raise ValueError("It is not possible to convert a negative timedelta to a Rust Duration")
+        self._retry_timeout = timeout
+        return self
+
+    def use_index(self, use_index: bool) -> MergeInsertBuilder:
+        """pylance's switch between an index probe and a scan; accepted for compatibility
+        (the core has no scalar index to probe: every merge scans the live keys)."""
+        if not isinstance(use_index, bool):
+            raise TypeError(f"argument 'use_index': {type(use_index).__name__!r} object is not an instance of 'bool'")
+        self._use_index = use_index
+        return self
+
     def execute(self, data_obj: Any, *, schema: pa.Schema | None = None) -> dict[str, int]:
         """Run the merge and commit it; returns ``num_inserted_rows``, ``num_updated_rows`` and
         ``num_deleted_rows``. The dataset handle moves to the new version."""
@@ -97,6 +136,7 @@ class MergeInsertBuilder:
                 current.data_storage_version, current._stable_row_ids,
             ),
             self._conflict_retries,
+            self._retry_timeout,
         )
 
 
@@ -116,7 +156,7 @@ class MergeInsertBuilder:
 
 def _key_columns(schema: LanceSchema, on: str | Iterable[str] | None) -> list[str]:
     if on is None:
-        keys = [f.name for f in schema.top_level() if f.metadata.get(_PRIMARY_KEY) in (b"true", b"1")]
+        keys = [f.name for f in primary_key_fields(schema)]
         if not keys:
             raise InvalidInputError("merge_insert needs `on`: the dataset has no unenforced primary key")
         return keys
@@ -165,7 +205,7 @@ def _target_matched_rows(
     for start, end in zip(np.concatenate(([0], bounds)), np.concatenate((bounds, [frag_ids.size]))):
         if end > start:
             fragment = fragments[int(frag_ids[start])]
-            parts.append(read_fragment(store, fragment, schema, with_deletions=False).take(offsets[start:end]))
+            parts.append(read_rows(store, fragment, schema, offsets[start:end]))
     return pa.concat_tables(parts) if parts else schema.to_arrow().empty_table()
 
 
@@ -235,6 +275,11 @@ def plan_merge_insert(
     frag_ids = matched.column(_FRAGMENT).to_numpy().astype(np.uint64)
     offsets = matched.column(OFFSET).to_numpy().astype(np.uint64)
     address = (frag_ids << np.uint64(32)) | offsets
+    if plan.matched == "fail" and matched.num_rows:
+        row = matched.slice(0, 1).select(plan.on).to_pylist()[0]
+        raise MergeInsertMatchedError(
+            "Merge insert failed: found matching row with key values: "
+            + ", ".join(f"{k} = {v}" for k, v in row.items()))
     if plan.matched is not None and address.size:
         repeated = np.flatnonzero(address[1:] == address[:-1])
         if repeated.size:
@@ -248,7 +293,7 @@ def plan_merge_insert(
     updated_rows = schema.to_arrow().empty_table()
     moved = None
     num_updated = num_deleted = 0
-    if plan.matched is not None and matched.num_rows:
+    if plan.matched in ("update", "delete") and matched.num_rows:
         chosen = matched
         if plan.matched == "update":
             # only the target columns the source lacks (all of them for a condition) are read
@@ -282,6 +327,13 @@ def plan_merge_insert(
         unmatched_source = np.ones(source.num_rows, dtype=bool)
         unmatched_source[source_rows] = False
         inserted = source.filter(pa.array(unmatched_source))
+    key_filter = None
+    pk_ids = [f.id for f in primary_key_fields(schema)]
+    by_name = {f.name: f.id for f in schema.top_level()}
+    on_ids = [by_name[k] for k in plan.on]
+    delete_only = plan.matched == "delete" and not plan.insert and not plan.delete_by_source  # pylance: no filter
+    if pk_ids and on_ids == pk_ids and not delete_only:
+        key_filter = KeyExistenceFilter.build(pk_ids, key_hashes(inserted, plan.on))
     inserted = _full_rows(inserted, schema)
     stats = {"num_inserted_rows": inserted.num_rows, "num_updated_rows": num_updated, "num_deleted_rows": num_deleted}
     # Everything is evaluated: write the new rows, then the deletion vectors.
@@ -303,6 +355,7 @@ def plan_merge_insert(
         updated_fragments=updated,
         new_fragments=new_fragments,
         fields_for_preserving_frag_bitmap=schema.field_ids(),  # every field, nested ones too (pylance's)
+        inserted_rows_filter=key_filter,
     )
     return operation, stats
 

@@ -20,6 +20,7 @@ from airflow_lance.core.file import LanceFileReader
 from airflow_lance.core.file.format import LEGACY_VERSIONS
 from airflow_lance.core.fragment import DataFile, FragmentMetadata
 from airflow_lance.core.schema import LanceSchema
+from airflow_lance.core.split_structs import read_split, split_fields
 from airflow_lance.core.storage import ObjectStore
 
 
@@ -118,6 +119,18 @@ class FragmentReader:
             table = reader.read(sub, column_index=column_index, rows=rows)
         return {field.id: table.column(i) for i, field in enumerate(wanted)}
 
+    def _split_structs(self, projection: LanceSchema, rows: np.ndarray | None) -> dict[int, pa.Array]:
+        """Structs whose children are in several files (a nested cast), merged (core/split_structs.py)."""
+        if len(self.fragment.files) < 2:
+            return {}
+        stored = [_column_index(f) for f in self.fragment.files]
+        files = self.fragment.files
+        return {
+            field_id: read_split(projection, field_id, numbers, stored,
+                                 lambda n, sub, fid=field_id: self._read_data_file(n, files[n], sub, (), rows)[fid])
+            for field_id, numbers in split_fields(projection, stored).items()
+        }
+
     def read(self, projection: LanceSchema, rows: np.ndarray | None = None) -> pa.Table:
         """Physical rows (all, or those at ``rows``) of the top-level fields of ``projection``.
 
@@ -129,7 +142,7 @@ class FragmentReader:
             if rows.size and (int(rows.min()) < 0 or int(rows.max()) >= fragment.physical_rows):
                 raise InvalidInputError(f"row offsets outside fragment {fragment.id}'s {fragment.physical_rows} rows")
         count = fragment.physical_rows if rows is None else len(rows)
-        columns: dict[int, pa.ChunkedArray | pa.Array] = {}
+        columns: dict[int, pa.ChunkedArray | pa.Array] = self._split_structs(projection, rows)
         for number, data_file in enumerate(fragment.files):
             # a field id in two files (0.10-era add/drop columns reused ids): the first file's values, as
             # Lance reads them (Lance's commit-time ``fix_schema`` then renumbers the later copy)

@@ -133,6 +133,9 @@ class LanceOperation:
         update_mode: str = "rewrite_rows"  # or "rewrite_columns" ("" is pylance's default: rewrite_rows)
         #: pylance's field for ``rewrite_columns`` updates over stable row ids (not supported here).
         updated_fragment_offsets: Mapping[int, bytes] | None = None
+        #: pylance 14's ``inserted_rows``: keys a merge_insert on the primary key inserted
+        #: (``core.key_filter.KeyExistenceFilter``); concurrent inserts of one key conflict.
+        inserted_rows_filter: Any = None
         name: ClassVar[str] = "update"
 
         def __post_init__(self) -> None:
@@ -154,6 +157,8 @@ class LanceOperation:
                 if self.update_mode == "rewrite_columns"
                 else transaction_pb2.Transaction.REWRITE_ROWS
             )
+            if self.inserted_rows_filter is not None:
+                txn.update.inserted_rows.CopyFrom(self.inserted_rows_filter.to_pb())
 
         def touched_fragment_ids(self) -> set[int]:
             return {f.id for f in self.updated_fragments} | set(self.removed_fragment_ids)
@@ -379,6 +384,14 @@ def _rewrite_from_pb(pb: transaction_pb2.Transaction.Rewrite) -> LanceOperation.
     return LanceOperation.Rewrite(groups, indices)
 
 
+def _key_filter(update: transaction_pb2.Transaction.Update) -> Any:
+    if not update.HasField("inserted_rows"):
+        return None
+    from airflow_lance.core.key_filter import KeyExistenceFilter
+
+    return KeyExistenceFilter.from_pb(update.inserted_rows)
+
+
 _DECODERS: dict[str, Callable[[transaction_pb2.Transaction], LanceOperation.BaseOperation]] = {
     "append": lambda t: LanceOperation.Append(_frags(t.append.fragments)),
     "overwrite": lambda t: LanceOperation.Overwrite(
@@ -398,6 +411,7 @@ _DECODERS: dict[str, Callable[[transaction_pb2.Transaction], LanceOperation.Base
         update_mode=(
             "rewrite_columns" if t.update.update_mode == transaction_pb2.Transaction.REWRITE_COLUMNS else "rewrite_rows"
         ),
+        inserted_rows_filter=_key_filter(t.update),
     ),
     "rewrite": lambda t: _rewrite_from_pb(t.rewrite),
     "merge": lambda t: LanceOperation.Merge(

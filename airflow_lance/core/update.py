@@ -26,7 +26,7 @@ from airflow_lance.core._proto import table_pb2
 from airflow_lance.core.deletion import deletion_path, keep_mask, read_deletion_vector, write_deletion_vector
 from airflow_lance.core.errors import InvalidInputError
 from airflow_lance.core.fragment import FragmentMetadata
-from airflow_lance.core.scan import apply_filter, read_fragment
+from airflow_lance.core.scan import FragmentReader, apply_filter, read_fragment
 from airflow_lance.core.schema import LanceSchema
 from airflow_lance.core.storage import ObjectStore
 from airflow_lance.core.transaction import LanceOperation
@@ -47,6 +47,13 @@ def live_rows(store: ObjectStore, fragment: FragmentMetadata, projection: LanceS
         return table
     deleted = read_deletion_vector(store, fragment.id, fragment.deletion_file)
     return table.filter(pa.array(keep_mask(fragment.physical_rows, deleted, deletion_path(fragment.id, fragment.deletion_file))))
+
+
+def read_rows(store: ObjectStore, fragment: FragmentMetadata, projection: LanceSchema, offsets: np.ndarray) -> pa.Table:
+    """The rows at physical ``offsets`` of a fragment for ``projection`` (deletions not applied);
+    only the pages (2.1+: chunks) holding them are decoded."""
+    with FragmentReader(store, fragment) as reader:
+        return reader.read(projection, rows=np.asarray(offsets))
 
 
 def delete_offsets(
@@ -168,10 +175,14 @@ def plan_update(
     """Rewrite the rows matching ``where``: (the Update operation, rows updated)."""
     from airflow_lance.core.filter import referenced_columns, to_expression
 
-    expressions, _read = _compile_updates(updates, schema)
+    expressions, needed = _compile_updates(updates, schema)
     arrow = schema.to_arrow()
     predicate = to_expression(where, arrow) if where is not None else None
-    filtered = schema.project(referenced_columns(where, arrow)) if where is not None else None
+    filter_names = referenced_columns(where, arrow) if where is not None else []
+    # the old values of a column are read only if it is kept or an update expression reads it
+    read_names = [f.name for f in arrow if f.name not in expressions or f.name in needed]
+    rest = schema.project([n for n in read_names if n not in filter_names])
+    filtered = schema.project(filter_names)
     projection = {f.name: (expressions[f.name] if f.name in expressions else pc.field(f.name)) for f in arrow}
     projection[OFFSET] = pc.field(OFFSET)
     rewritten: list[pa.Table] = []
@@ -179,14 +190,15 @@ def plan_update(
     carried: list[np.ndarray] = []
     for fragment in fragments:
         if predicate is None:
-            rows = live_rows(store, fragment, schema)
-        else:  # the predicate's columns first; the whole rows only of the fragments with matches
-            assert filtered is not None
-            matching = apply_filter(live_rows(store, fragment, filtered), predicate).column(OFFSET)
-            if not len(matching):
+            rows = live_rows(store, fragment, schema.project(read_names))
+        else:  # the predicate's columns first; the other columns only of the matching rows
+            rows = apply_filter(live_rows(store, fragment, filtered), predicate)
+            if not rows.num_rows:
                 continue
-            rows = read_fragment(store, fragment, schema, with_deletions=False).take(matching)
-            rows = rows.append_column(OFFSET, matching)
+            if rest.top_level():
+                others = read_rows(store, fragment, rest, rows.column(OFFSET).to_numpy())
+                for name, column in zip(others.column_names, others.columns):
+                    rows = rows.append_column(others.schema.field(name), column)
         if not rows.num_rows:
             continue
         new = evaluate(rows, projection, "update")

@@ -144,20 +144,47 @@ class Transaction(_message.Message):
         branch_name: str
         def __init__(self, is_shallow: _Optional[bool] = ..., ref_name: _Optional[str] = ..., ref_version: _Optional[int] = ..., ref_path: _Optional[str] = ..., branch_name: _Optional[str] = ...) -> None: ...
     class Update(_message.Message):
-        __slots__ = ("removed_fragment_ids", "updated_fragments", "new_fragments", "fields_modified", "fields_for_preserving_frag_bitmap", "update_mode")
+        __slots__ = ("removed_fragment_ids", "updated_fragments", "new_fragments", "fields_modified", "fields_for_preserving_frag_bitmap", "update_mode", "inserted_rows")
         REMOVED_FRAGMENT_IDS_FIELD_NUMBER: _ClassVar[int]
         UPDATED_FRAGMENTS_FIELD_NUMBER: _ClassVar[int]
         NEW_FRAGMENTS_FIELD_NUMBER: _ClassVar[int]
         FIELDS_MODIFIED_FIELD_NUMBER: _ClassVar[int]
         FIELDS_FOR_PRESERVING_FRAG_BITMAP_FIELD_NUMBER: _ClassVar[int]
         UPDATE_MODE_FIELD_NUMBER: _ClassVar[int]
+        INSERTED_ROWS_FIELD_NUMBER: _ClassVar[int]
         removed_fragment_ids: _containers.RepeatedScalarFieldContainer[int]
         updated_fragments: _containers.RepeatedCompositeFieldContainer[_table_pb2.DataFragment]
         new_fragments: _containers.RepeatedCompositeFieldContainer[_table_pb2.DataFragment]
         fields_modified: _containers.RepeatedScalarFieldContainer[int]
         fields_for_preserving_frag_bitmap: _containers.RepeatedScalarFieldContainer[int]
         update_mode: Transaction.UpdateMode
-        def __init__(self, removed_fragment_ids: _Optional[_Iterable[int]] = ..., updated_fragments: _Optional[_Iterable[_Union[_table_pb2.DataFragment, _Mapping]]] = ..., new_fragments: _Optional[_Iterable[_Union[_table_pb2.DataFragment, _Mapping]]] = ..., fields_modified: _Optional[_Iterable[int]] = ..., fields_for_preserving_frag_bitmap: _Optional[_Iterable[int]] = ..., update_mode: _Optional[_Union[Transaction.UpdateMode, str]] = ...) -> None: ...
+        inserted_rows: Transaction.KeyExistenceFilter
+        def __init__(self, removed_fragment_ids: _Optional[_Iterable[int]] = ..., updated_fragments: _Optional[_Iterable[_Union[_table_pb2.DataFragment, _Mapping]]] = ..., new_fragments: _Optional[_Iterable[_Union[_table_pb2.DataFragment, _Mapping]]] = ..., fields_modified: _Optional[_Iterable[int]] = ..., fields_for_preserving_frag_bitmap: _Optional[_Iterable[int]] = ..., update_mode: _Optional[_Union[Transaction.UpdateMode, str]] = ..., inserted_rows: _Optional[_Union[Transaction.KeyExistenceFilter, _Mapping]] = ...) -> None: ...
+    class ExactKeySetFilter(_message.Message):
+        __slots__ = ("key_hashes",)
+        KEY_HASHES_FIELD_NUMBER: _ClassVar[int]
+        key_hashes: _containers.RepeatedScalarFieldContainer[int]
+        def __init__(self, key_hashes: _Optional[_Iterable[int]] = ...) -> None: ...
+    class BloomFilter(_message.Message):
+        __slots__ = ("bitmap", "num_bits", "number_of_items", "probability")
+        BITMAP_FIELD_NUMBER: _ClassVar[int]
+        NUM_BITS_FIELD_NUMBER: _ClassVar[int]
+        NUMBER_OF_ITEMS_FIELD_NUMBER: _ClassVar[int]
+        PROBABILITY_FIELD_NUMBER: _ClassVar[int]
+        bitmap: bytes
+        num_bits: int
+        number_of_items: int
+        probability: float
+        def __init__(self, bitmap: _Optional[bytes] = ..., num_bits: _Optional[int] = ..., number_of_items: _Optional[int] = ..., probability: _Optional[float] = ...) -> None: ...
+    class KeyExistenceFilter(_message.Message):
+        __slots__ = ("field_ids", "exact", "bloom")
+        FIELD_IDS_FIELD_NUMBER: _ClassVar[int]
+        EXACT_FIELD_NUMBER: _ClassVar[int]
+        BLOOM_FIELD_NUMBER: _ClassVar[int]
+        field_ids: _containers.RepeatedScalarFieldContainer[int]
+        exact: Transaction.ExactKeySetFilter
+        bloom: Transaction.BloomFilter
+        def __init__(self, field_ids: _Optional[_Iterable[int]] = ..., exact: _Optional[_Union[Transaction.ExactKeySetFilter, _Mapping]] = ..., bloom: _Optional[_Union[Transaction.BloomFilter, _Mapping]] = ...) -> None: ...
     class Project(_message.Message):
         __slots__ = ("schema",)
         SCHEMA_FIELD_NUMBER: _ClassVar[int]
