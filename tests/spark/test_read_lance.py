@@ -20,9 +20,14 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+import sys
+
 from airflow_lance.core import InvalidInputError, TagNotFoundError, VersionNotFoundError
 from airflow_lance.operators._spark_code import build_code_zip
 from airflow_lance.spark.read import plan_read, spark_arrow_schema
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from change_cases import history, oracle  # noqa: E402
 
 SECRET = "do-not-print-this-secret-value"
 
@@ -89,6 +94,25 @@ CASES: dict[str, dict[str, Any]] = {
 }
 
 
+#: ``since_version`` reads of histories with updates, deletes and compactions in between:
+#: (base, version or None for the latest, filter)
+SINCE_CASES: dict[str, tuple[int, int | None, str | None]] = {
+    "since_1": (1, None, None),
+    "since_2_to_7": (2, 7, None),
+    "since_5": (5, None, None),
+    "since_5_filtered": (5, None, "id >= 300"),
+    "since_latest": (-1, None, None),
+}
+SINCE_HISTORIES = {"addresses": False, "stable_row_ids": True}
+
+
+def _since_case(uri: str, name: str) -> dict[str, Any]:
+    base, version, filter = SINCE_CASES[name]
+    latest = pylance.dataset(uri).version
+    return {"uri": uri, "since_version": latest if base < 0 else base, "version": version, "filter": filter,
+            "columns": ["id", "v", "s"]}
+
+
 def _expected(uri: str, case: dict[str, Any]) -> pa.Table:
     ds = pylance.dataset(uri, version=case.get("version"))
     table = ds.to_table(columns=case.get("columns"), filter=case.get("filter"),
@@ -103,6 +127,10 @@ def spark_reads(tmp_path_factory: pytest.TempPathFactory) -> tuple[pathlib.Path,
     for fmt, uri in uris.items():
         _write(uri, fmt)
     cases = {f"{case}@{fmt}": {"uri": uri, **kwargs} for fmt, uri in uris.items() for case, kwargs in CASES.items()}
+    for kind, stable in SINCE_HISTORIES.items():
+        uris[kind] = str(work / f"history-{kind}.lance")
+        history(uris[kind], stable=stable, compact_with="pylance")
+        cases.update({f"{name}@{kind}": _since_case(uris[kind], name) for name in SINCE_CASES})
     (work / "cases.json").write_text(json.dumps(cases))
     (work / "read.py").write_text(SCRIPT)
     out = work / "out"
@@ -132,6 +160,23 @@ def test_read_lance_equals_pylance(spark_reads, case: str, fmt: str) -> None:
     assert got.schema.names == expected.schema.names
     # Spark hands back its own Arrow representation (timestamps, list child names): compare values
     assert got.to_pylist() == expected.to_pylist()
+
+
+@pytest.mark.parametrize("kind", list(SINCE_HISTORIES))
+@pytest.mark.parametrize("case", list(SINCE_CASES))
+def test_since_version_equals_pylance_difference(spark_reads, case: str, kind: str) -> None:
+    out, uris, _ = spark_reads
+    got, _ = _spark_result(out, f"{case}@{kind}")
+    kwargs = _since_case(uris[kind], case)
+    version = kwargs["version"] or pylance.dataset(uris[kind]).version
+    rows, inserted, updated, _ = oracle(uris[kind], kwargs["since_version"], version, SINCE_HISTORIES[kind])
+    if kwargs["filter"]:
+        rows = [r for r in rows if r["id"] >= 300]
+    else:
+        assert len(rows) == inserted + updated
+    assert sorted(got.to_pylist(), key=lambda r: r["id"]) == rows
+    if case != "since_latest":
+        assert rows  # the case reads something
 
 
 def test_one_partition_per_fragment_and_split_ranges(spark_reads) -> None:
