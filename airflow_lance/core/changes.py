@@ -100,7 +100,12 @@ def _resolve_base(dataset: LanceDataset, base: int | str) -> LanceDataset:
 
 def changes_between(dataset: LanceDataset, base: int | str) -> Changes:
     """The rows of ``dataset`` (a version) inserted or updated since version ``base`` (a number
-    or a tag), and the counts of rows inserted, updated and deleted (see the module docstring)."""
+    or a tag; 0: before the first version, every row is inserted), and the counts of rows
+    inserted, updated and deleted (see the module docstring)."""
+    if base == 0 and not isinstance(base, bool):
+        rows = {f.id: None for f in dataset._fragments if f.num_rows}
+        return Changes(0, dataset.version, rows, sum(f.num_rows for f in dataset._fragments), 0, 0,
+                       has_stable_row_ids(dataset))
     base_dataset = _resolve_base(dataset, base)
     if has_stable_row_ids(dataset) and has_stable_row_ids(base_dataset):
         flags = _stable_flags(dataset, base_dataset)
