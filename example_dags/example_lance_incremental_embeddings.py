@@ -33,6 +33,12 @@ DOCUMENTS = "documents.lance"  # below the lance_default connection's dataset ro
 EMBEDDINGS = "document_embeddings.lance"
 MODEL = str(pathlib.Path(__file__).resolve().parent / "lance_embedding_model.py")
 SPARK_CONF = {"spark.log.level": "WARN", "spark.ui.enabled": "false"}
+#: both Spark jobs: read (id, text) of the documents, embed them on the executors, append the vectors
+EMBED: dict[str, Any] = {
+    "uri": EMBEDDINGS, "mode": "append", "source_lance_uri": DOCUMENTS, "source_lance_columns": ["id", "text"],
+    "transform": "lance_embedding_model:embed", "py_files": MODEL, "fixed_size_lists": {"embedding": 8},
+    "conf": SPARK_CONF,
+}
 WORDS = ("lance", "spark", "airflow", "vector", "column", "version", "fragment", "index")
 
 
@@ -70,17 +76,7 @@ with DAG(
         return hook.get_dataset(DOCUMENTS).version
 
     embed_all = LanceSparkWriteOperator(
-        task_id="embed_all",
-        uri=EMBEDDINGS,
-        mode="append",
-        source_lance_uri=DOCUMENTS,
-        source_lance_version="{{ ti.xcom_pull(task_ids='prepare_documents') }}",
-        source_lance_columns=["id", "text"],
-        transform="lance_embedding_model:embed",
-        py_files=MODEL,
-        fixed_size_lists={"embedding": 8},
-        conf=SPARK_CONF,
-    )
+        task_id="embed_all", source_lance_version="{{ ti.xcom_pull(task_ids='prepare_documents') }}", **EMBED)
 
     @task
     def new_documents() -> int:
@@ -106,16 +102,9 @@ with DAG(
 
     embed_changes = LanceSparkWriteOperator(
         task_id="embed_changes",
-        uri=EMBEDDINGS,
-        mode="append",
-        source_lance_uri=DOCUMENTS,
         source_lance_version="{{ ti.xcom_pull(task_ids='wait_for_documents')['version'] }}",
         source_lance_since_version="{{ ti.xcom_pull(task_ids='wait_for_documents')['baseline_version'] }}",
-        source_lance_columns=["id", "text"],
-        transform="lance_embedding_model:embed",
-        py_files=MODEL,
-        fixed_size_lists={"embedding": 8},
-        conf=SPARK_CONF,
+        **EMBED,
     )
 
     @task

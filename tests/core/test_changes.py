@@ -117,3 +117,12 @@ def test_cleaned_up_versions(tmp_path, stable: bool) -> None:
     else:
         with pytest.raises(core.VersionNotFoundError, match="version 3 .* is gone"):
             changes_between(core.dataset(uri), "kept")
+
+
+def test_since_version_zero_is_every_row(tmp_path) -> None:
+    uri = str(tmp_path / "ds.lance")
+    pylance.write_dataset(_rows(0, 30), uri, max_rows_per_file=10)
+    pylance.dataset(uri).delete("id < 10")  # a whole fragment goes
+    changes = changes_between(core.dataset(uri), 0)
+    assert changes.counts() == {"base_version": 0, "version": 2, "inserted": 20, "updated": 0, "deleted": 0}
+    assert [r["id"] for r in _read(uri, 2, changes.selections())] == list(range(10, 30))
