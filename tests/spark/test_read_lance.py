@@ -91,6 +91,7 @@ CASES: dict[str, dict[str, Any]] = {
     "nothing_matches": {"columns": ["id"], "filter": "id < 0"},
     "split_fragments": {"rows_per_partition": 120, "with_row_address": True},
     "row_ids": {"columns": ["id"], "with_row_id": True, "filter": "id % 2 = 0"},
+    "sql_projection": {"columns": {"id": "id", "twice": "score * 2", "big": "id > 1000"}, "filter": "small < 100"},
     "secret_options": {"columns": ["id"], "storage_options": {"aws_secret_access_key": SECRET}},
 }
 
