@@ -15,7 +15,6 @@ import pathlib
 import sys
 
 import lance as pylance
-import numpy as np
 import pyarrow as pa
 import pytest
 
