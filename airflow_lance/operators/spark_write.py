@@ -47,6 +47,7 @@ from airflow_lance.spark.spec import (
     WriteMode,
     WriteReceipt,
     check_against_dataset,
+    pin_lance_source,
     receipt_location,
     staging_location,
 )
@@ -403,23 +404,18 @@ class LanceSparkWriteOperator(BaseOperator):
         before Spark runs."""
         if self.source_lance_uri in (None, ""):
             return None
-        from airflow_lance.spark.read import plan_read
 
         def version_of(value: Any) -> int | str | None:
             text = str(value).strip() if value is not None else ""
             return None if text == "" else int(text) if text.isdigit() else text
 
         hook = LanceHook(self.source_lance_conn_id or self.lance_conn_id)
-        uri = hook.resolve_uri(self.source_lance_uri)
         columns = [self.source_lance_columns] if isinstance(self.source_lance_columns, str) \
             else self.source_lance_columns
-        planned = plan_read(uri, version=version_of(self.source_lance_version), columns=columns,
-                            filter=self.source_lance_filter or None, storage_options=hook.storage_options,
-                            since_version=version_of(self.source_lance_since_version))
-        return LanceSourceSpec(uri=uri, version=planned.version, columns=columns,
-                               filter=self.source_lance_filter or None,
-                               since_version=version_of(self.source_lance_since_version),
-                               storage_options=hook.storage_options)
+        return pin_lance_source(hook.resolve_uri(self.source_lance_uri), version=version_of(self.source_lance_version),
+                                columns=columns, filter=self.source_lance_filter or None,
+                                since_version=version_of(self.source_lance_since_version),
+                                storage_options=hook.storage_options)
 
     def _reusable_result(self, spec: WriteJobSpec) -> WriteJobResult | None:
         """The result an earlier try staged for this very write, if all its files are there."""

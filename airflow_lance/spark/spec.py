@@ -201,6 +201,31 @@ class LanceSourceSpec:
             raise JobSpecError(f"source lance lacks {exc.args[0]!r}") from None
 
 
+def pin_lance_source(
+    uri: str,
+    *,
+    version: int | str | None = None,
+    columns: Sequence[str] | None = None,
+    filter: str | None = None,
+    since_version: int | str | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> LanceSourceSpec:
+    """The Lance source at ``version`` (default: the latest now) pinned to its number, checked
+    before Spark runs: the version or tag exists, the columns and filter compile against its
+    schema, ``since_version`` is a version before it (the core's typed errors otherwise)."""
+    from airflow_lance.core import changes_between, dataset
+    from airflow_lance.core.fragment_read import FragmentReader
+
+    if filter is not None and not isinstance(filter, str):
+        raise JobSpecError(f"source_lance_filter must be a SQL string, not {type(filter).__name__}")
+    ds = dataset(uri, version, storage_options=dict(storage_options or {}))
+    FragmentReader(ds, columns, filter)
+    if since_version is not None:
+        changes_between(ds, since_version)
+    return LanceSourceSpec(uri=uri, version=ds.version, columns=columns, filter=filter, since_version=since_version,
+                           storage_options=dict(storage_options or {}))
+
+
 @dataclasses.dataclass(frozen=True)
 class SourceSpec:
     """What the job reads: Spark-readable path(s), a Spark SQL query, ``module:function(spark)``,
