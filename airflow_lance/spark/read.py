@@ -161,6 +161,27 @@ def _task_rows(tasks: Sequence[ReadTask]) -> list[tuple[int, int, int, bytes]]:
             for t in tasks]
 
 
+def pack_tasks(tasks: Sequence[ReadTask], rows_per_partition: int | None) -> list[list[ReadTask]]:
+    """The tasks of each Spark partition: one each, or with ``rows_per_partition`` consecutive
+    tasks packed together while their rows stay within it (small fragments share a partition)."""
+    if rows_per_partition is None:
+        return [[task] for task in tasks]
+    groups: list[list[ReadTask]] = []
+    size = 0
+    for task in tasks:
+        if groups and size + task.num_rows <= rows_per_partition:
+            groups[-1].append(task)
+            size += task.num_rows
+        else:
+            groups.append([task])
+            size = task.num_rows
+    return groups
+
+
+def _flatten(group: list[Any]) -> list[Any]:
+    return group
+
+
 # -- reading (executors) ---------------------------------------------------------------------------
 
 _OPENED: dict[tuple[str, int], tuple[LanceDataset, dict[int, Any]]] = {}
@@ -224,6 +245,8 @@ class LanceRead:
     tasks: tuple[ReadTask, ...]
     schema: pa.Schema
     changes: Any = None
+    #: the tasks of each Spark partition (:func:`pack_tasks`)
+    partitions: tuple[tuple[ReadTask, ...], ...] = ()
 
 
 def plan_read(
@@ -252,7 +275,8 @@ def plan_read(
         changes = changes_between(ds, since_version)
         selections = changes.selections()
     tasks = plan_tasks(ds, rows_per_partition, selections)
-    return LanceRead(ds.version, tuple(tasks), spark_arrow_schema(scan_schema), changes)
+    partitions = tuple(tuple(group) for group in pack_tasks(tasks, rows_per_partition))
+    return LanceRead(ds.version, tuple(tasks), spark_arrow_schema(scan_schema), changes, partitions)
 
 
 def read_lance(
@@ -276,8 +300,9 @@ def read_lance(
     offset); ``with_row_id``: add ``_rowid`` (``bigint``; the stable row id where the dataset
     has them, else the address); ``since_version``: only the rows inserted or updated after that version
     (:mod:`airflow_lance.core.changes`); ``rows_per_partition``: split larger fragments into
-    row ranges (each range task decodes its fragment's columns, so split only to spread few
-    large fragments over more cores). Errors (missing version or tag, unknown column, bad filter)
+    row ranges and pack smaller ones together, for partitions of about that many rows (each range
+    decodes its whole fragment's columns, so split only to spread few large fragments over more
+    cores). Errors (missing version or tag, unknown column, bad filter)
     are raised here as the core's typed errors.
     """
     planned = plan_read(uri, version=version, columns=columns, filter=filter, storage_options=storage_options,
@@ -295,8 +320,8 @@ def dataframe_of(spark: SparkSession, uri: str, planned: LanceRead, *,
     spark_schema = to_spark_schema(planned.schema)
     if not planned.tasks:
         return spark.createDataFrame([], spark_schema)
-    rows = _task_rows(planned.tasks)
-    tasks = spark.sparkContext.parallelize(rows, len(rows))
+    groups = [_task_rows(group) for group in planned.partitions or [[t] for t in planned.tasks]]
+    tasks = spark.sparkContext.parallelize(groups, len(groups)).flatMap(_flatten)
     reader = functools.partial(
         read_tasks,
         uri=uri,

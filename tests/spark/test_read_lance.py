@@ -90,6 +90,7 @@ CASES: dict[str, dict[str, Any]] = {
     "row_address_filtered": {"columns": ["id", "tags"], "filter": "id > 1000", "with_row_address": True},
     "nothing_matches": {"columns": ["id"], "filter": "id < 0"},
     "split_fragments": {"rows_per_partition": 120, "with_row_address": True},
+    "packed_fragments": {"rows_per_partition": 1000, "filter": "id % 5 <> 1"},
     "row_ids": {"columns": ["id"], "with_row_id": True, "filter": "id % 2 = 0"},
     "sql_projection": {"columns": {"id": "id", "twice": "score * 2", "big": "id > 1000"}, "filter": "small < 100"},
     "secret_options": {"columns": ["id"], "storage_options": {"aws_secret_access_key": SECRET}},
@@ -193,6 +194,9 @@ def test_one_partition_per_fragment_and_split_ranges(spark_reads) -> None:
     assert _spark_result(out, "full@2.0")[1]["partitions"] == len(live_fragments)
     split = sum(-(-f.metadata.physical_rows // 120) for f in live_fragments)
     assert _spark_result(out, "split_fragments@2.0")[1]["partitions"] == split > len(live_fragments)
+    packed = plan_read(uris["2.0"], rows_per_partition=1000).partitions
+    assert [[t.fragment for t in group] for group in packed] == [[0, 2, 3], [4, 5]]  # 300+300+300, 200+250 rows
+    assert _spark_result(out, "packed_fragments@2.0")[1]["partitions"] == 2
 
 
 def test_storage_options_stay_out_of_plans_and_logs(spark_reads) -> None:
