@@ -1,6 +1,6 @@
 """Spark read benchmark: ``read_lance`` full scan vs pylance ``to_table`` vs Spark reading Parquet.
 
-Usage: python bench/bench_spark_read.py [--rows 2000000] [--files 8] [--reps 1] [--warmup 0]
+Usage: python bench/bench_spark_read.py [--rows 2000000] [--files 8] [--reps 1] [--warmup 1]
                                         [--variant wide] [--json out.json]
 
 The wide anchor table (id, ts, category, text, score, tags, 128-d embedding; bench/anchor_data.py)
@@ -55,7 +55,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--files", type=int, default=8)
     parser.add_argument("--reps", type=int, default=1)
-    parser.add_argument("--warmup", type=int, default=0)
+    parser.add_argument("--warmup", type=int, default=1, help="untimed rounds first (JVM and Python workers warm)")
     parser.add_argument("--variant", default="wide", choices=["wide", "narrow"])
     parser.add_argument("--driver-memory", default="6g")
     parser.add_argument("--json", type=pathlib.Path)
