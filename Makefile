@@ -39,6 +39,7 @@ bench: $(STAMP)  ## benchmarks against pylance and Spark, one script per area (p
 	$(PY) bench/bench_commits.py
 	$(PY) bench/bench_maintenance.py
 	$(PY) bench/bench_spark_write.py
+	$(PY) bench/bench_spark_read.py
 
 bench-object-store: $(STAMP)  ## commit latency and write throughput on SeaweedFS (S3), ours vs pylance
 	$(PY) bench/bench_object_store.py

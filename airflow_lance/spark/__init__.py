@@ -1,6 +1,11 @@
-"""The PySpark write job: runs on Spark drivers and executors.
+"""The PySpark jobs (write, tasks) and the Lance Spark source (:func:`read_lance`): run on Spark
+drivers and executors.
 
 Imports ``airflow_lance.core`` and PySpark only, never Airflow, so a cluster needs
 nothing but pyarrow, protobuf, pyroaring and fsspec (the operator ships this code
 as a zip through ``--py-files``).
 """
+
+from airflow_lance.spark.read import read_lance
+
+__all__ = ["read_lance"]
