@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from airflow_lance.core.dataset import LanceDataset
 
 
-class FragmentReader:
+class SelectionReader:
     """A compiled projection + filter that reads selections of fragments of one dataset version."""
 
     def __init__(
@@ -56,27 +56,24 @@ class FragmentReader:
         offset is in ``row_range`` (``[start, stop)``), or those at the physical ``offsets``
         (sorted, unique), in physical order."""
         plan = self._plan
+        if row_range is None and offsets is None:
+            return plan.finish(plan.read(fragment))
         live = live_offsets(self.dataset, fragment)
-        selected = live
+        selected = np.arange(fragment.physical_rows, dtype=np.int64) if live is None else live.astype(np.int64)
         if row_range is not None:
             start, stop = (int(v) for v in row_range)
             if not 0 <= start <= stop:
                 raise InvalidInputError(f"row range {row_range!r} is not [start, stop) with 0 <= start <= stop")
-            stop = min(stop, fragment.physical_rows)
-            if (start, stop) != (0, fragment.physical_rows):
-                base = np.arange(start, stop, dtype=np.int64) if selected is None else \
-                    selected[(selected >= start) & (selected < stop)]
-                selected = base
+            selected = selected[(selected >= start) & (selected < stop)]
         if offsets is not None:
             wanted = np.asarray(offsets, dtype=np.int64)
             if wanted.size and (wanted[0] < 0 or wanted[-1] >= fragment.physical_rows):
                 raise InvalidInputError(
                     f"offsets outside fragment {fragment.id} ({fragment.physical_rows} physical rows)")
-            selected = wanted if selected is None else np.intersect1d(selected, wanted, assume_unique=True)
-        if selected is not None and selected.size == 0:
+            selected = np.intersect1d(selected, wanted, assume_unique=True)
+        if selected.size == 0:
             return plan.empty()
-        table = plan._physical(fragment)
-        table = plan._select(table, fragment, None if selected is None else selected.astype(np.uint64))
+        table = plan.take(fragment, selected)  # decodes only the pages holding the selected rows
         if plan.filter is not None:
             if not plan.filter_columns:
                 table = apply_filter(table, plan.filter)
@@ -98,6 +95,6 @@ def read_fragment_rows(
     row_range: tuple[int, int] | None = None,
     offsets: np.ndarray | None = None,
 ) -> pa.Table:
-    """:meth:`FragmentReader.read` for one selection (compiles the projection and filter)."""
-    reader = FragmentReader(dataset, columns, filter, with_row_id=with_row_id, with_row_address=with_row_address)
+    """:meth:`SelectionReader.read` for one selection (compiles the projection and filter)."""
+    reader = SelectionReader(dataset, columns, filter, with_row_id=with_row_id, with_row_address=with_row_address)
     return reader.read(fragment, row_range=row_range, offsets=offsets)

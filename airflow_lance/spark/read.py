@@ -7,7 +7,7 @@ plans the read: one task per fragment, or per row range of a fragment larger tha
 updated since that version (:func:`airflow_lance.core.changes.changes_between`). Each task is
 one Spark partition; ``mapInArrow`` runs :func:`read_tasks` on the executors, which open the
 same version with the core and read their fragment's rows with the projection, the filter
-pushed down and ``_rowaddr`` when asked (:class:`~airflow_lance.core.fragment_read.FragmentReader`).
+pushed down and ``_rowaddr`` when asked (:class:`~airflow_lance.core.fragment_read.SelectionReader`).
 
 The Spark schema comes from the scan's Arrow schema (:func:`spark_arrow_schema`): types Spark
 lacks become the nearest it has (unsigned integers a wider signed one, ``uint64`` row
@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from airflow_lance.core import InvalidInputError, LanceDataset, dataset
-from airflow_lance.core.fragment_read import FragmentReader
+from airflow_lance.core.fragment_read import SelectionReader
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -218,7 +218,7 @@ def read_tasks(
 ) -> Iterator[pa.RecordBatch]:
     """Read the tasks of ``batches`` (:data:`TASK_SCHEMA` rows); yield batches of ``schema``."""
     ds, fragments = _open(uri, version, storage_options)
-    reader = FragmentReader(ds, columns, filter, with_row_id=with_row_id, with_row_address=with_row_address)
+    reader = SelectionReader(ds, columns, filter, with_row_id=with_row_id, with_row_address=with_row_address)
     for batch in batches:
         for fragment_id, start, stop, offsets in zip(*(batch.column(i).to_pylist() for i in range(4)), strict=True):
             fragment = fragments.get(fragment_id)
@@ -266,7 +266,7 @@ def plan_read(
     if filter is not None and not isinstance(filter, str):
         raise InvalidInputError(f"filter must be a SQL string, not {type(filter).__name__}")
     ds = dataset(uri, version, storage_options=dict(storage_options or {}))
-    scan_schema = FragmentReader(ds, columns, filter, with_row_id=with_row_id, with_row_address=with_row_address).schema
+    scan_schema = SelectionReader(ds, columns, filter, with_row_id=with_row_id, with_row_address=with_row_address).schema
     changes = None
     selections = None
     if since_version is not None:
@@ -300,9 +300,8 @@ def read_lance(
     offset); ``with_row_id``: add ``_rowid`` (``bigint``; the stable row id where the dataset
     has them, else the address); ``since_version``: only the rows inserted or updated after that version
     (:mod:`airflow_lance.core.changes`); ``rows_per_partition``: split larger fragments into
-    row ranges and pack smaller ones together, for partitions of about that many rows (each range
-    decodes its whole fragment's columns, so split only to spread few large fragments over more
-    cores). Errors (missing version or tag, unknown column, bad filter)
+    row ranges and pack smaller ones together, for partitions of about that many rows (a range
+    decodes only the pages holding its rows). Errors (missing version or tag, unknown column, bad filter)
     are raised here as the core's typed errors.
     """
     planned = plan_read(uri, version=version, columns=columns, filter=filter, storage_options=storage_options,

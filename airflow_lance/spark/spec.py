@@ -214,12 +214,12 @@ def pin_lance_source(
     before Spark runs: the version or tag exists, the columns and filter compile against its
     schema, ``since_version`` is a version before it (the core's typed errors otherwise)."""
     from airflow_lance.core import changes_between, dataset
-    from airflow_lance.core.fragment_read import FragmentReader
+    from airflow_lance.core.fragment_read import SelectionReader
 
     if filter is not None and not isinstance(filter, str):
         raise JobSpecError(f"source_lance_filter must be a SQL string, not {type(filter).__name__}")
     ds = dataset(uri, version, storage_options=dict(storage_options or {}))
-    FragmentReader(ds, columns, filter)
+    SelectionReader(ds, columns, filter)
     if since_version is not None:
         changes_between(ds, since_version)
     return LanceSourceSpec(uri=uri, version=ds.version, columns=columns, filter=filter, since_version=since_version,

@@ -20,7 +20,7 @@ import pytest
 
 import airflow_lance.core as core
 from airflow_lance.core.changes import changes_between
-from airflow_lance.core.fragment_read import FragmentReader
+from airflow_lance.core.fragment_read import SelectionReader
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from change_cases import history as _history, oracle as _oracle, rows as _rows  # noqa: E402
@@ -28,7 +28,7 @@ from change_cases import history as _history, oracle as _oracle, rows as _rows  
 
 def _read(uri: str, version: int, selections) -> list[dict]:
     ds = core.dataset(uri, version)
-    reader = FragmentReader(ds, ["id", "v", "s"])
+    reader = SelectionReader(ds, ["id", "v", "s"])
     by_id = {f.id: f for f in ds._fragments}
     tables = [reader.read(by_id[fid], offsets=offsets) for fid, offsets in selections.items()]
     rows = pa.concat_tables(tables).to_pylist() if tables else []
