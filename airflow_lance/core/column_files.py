@@ -268,6 +268,13 @@ class AddColumnsPlan:
             out.append(_updated_at(new, latest.version + 1) if stable else new)
         return out
 
+    def missing_files(self, dataset: LanceDataset, written: Sequence[FragmentMetadata]) -> list[str]:
+        """The new data files of ``written`` that are not in the dataset's store (do not commit then)."""
+        from airflow_lance.core.layout import data_file_path
+
+        paths = [data_file_path(f.files[-1].path) for f in written if f.files]
+        return [path for path in paths if not dataset.store.exists(path)]
+
     def discard(self, dataset: LanceDataset, written: Sequence[FragmentMetadata]) -> None:
         """Delete the new files of ``written`` (a plan that will not be committed)."""
         base = dataset if dataset.version == self.read_version else dataset.checkout_version(self.read_version)

@@ -24,7 +24,6 @@ Two ways to compute:
 
 from __future__ import annotations
 
-import base64
 import functools
 import importlib
 import json
@@ -39,7 +38,7 @@ from airflow_lance.core.column_files import AddColumnsPlan
 from airflow_lance.core.evolution import plan_compute
 from airflow_lance.core.scan import read_fragment
 from airflow_lance.spark.spec import JobSpecError
-from airflow_lance.spark.task_spec import TaskJobSpec
+from airflow_lance.spark.task_spec import TaskJobSpec, decode_schema
 from airflow_lance.spark.worker import bulk_write
 
 if TYPE_CHECKING:
@@ -47,17 +46,6 @@ if TYPE_CHECKING:
 
 FRAGMENT_COLUMN, ROW_COLUMN = "__lance_fragment", "__lance_row"
 FUNCTION_INPUTS = ("arrow", "pandas")
-
-
-def encode_schema(schema: pa.Schema) -> str:
-    return base64.b64encode(schema.serialize().to_pybytes()).decode()
-
-
-def decode_schema(text: str) -> pa.Schema:
-    try:
-        return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
-    except (ValueError, pa.ArrowException) as exc:
-        raise JobSpecError(f"output_schema is malformed: {exc}") from None
 
 
 def load_function(name: str, function_input: str = "arrow") -> Callable[[pa.RecordBatch], Any]:

@@ -25,11 +25,14 @@ unreferenced data files, which version cleanup removes after its grace period.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, get_args
+
+import pyarrow as pa
 
 from airflow_lance.spark.spec import JobSpecError, StagedResult, require, string_map
 
@@ -146,6 +149,19 @@ class TaskJobSpec:
                 f"({labels} partitions in {len(self.tasks)} Spark tasks) into {self.uri}")
 
 
+def encode_schema(schema: pa.Schema) -> str:
+    """An Arrow schema as base64 text (IPC), for a spec or a staged result."""
+    return base64.b64encode(schema.serialize().to_pybytes()).decode()
+
+
+def decode_schema(text: str) -> pa.Schema:
+    """The schema :func:`encode_schema` wrote; JobSpecError if it is malformed."""
+    try:
+        return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+    except (ValueError, TypeError, pa.ArrowException) as exc:
+        raise JobSpecError(f"schema is malformed: {exc}") from None
+
+
 def check_add_columns(tasks: Sequence[Any], params: Mapping[str, Any]) -> None:
     """An ``add_columns`` job: ``{"fragment_id": n}`` tasks, a read version, and exactly one of
     ``expressions`` ({name: Spark SQL}) and ``function`` (``module:function``)."""
@@ -166,6 +182,8 @@ def check_add_columns(tasks: Sequence[Any], params: Mapping[str, Any]) -> None:
     require(inputs is None or (isinstance(inputs, list) and all(isinstance(c, str) for c in inputs)),
             "input_columns must be a list of column names")
     require(params.get("function_input", "arrow") in ("arrow", "pandas"), "function_input must be arrow or pandas")
+    if params.get("output_schema") is not None:
+        decode_schema(params["output_schema"])
 
 
 @dataclasses.dataclass(frozen=True)
