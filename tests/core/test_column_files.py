@@ -130,3 +130,24 @@ def test_bad_plans_are_refused_before_anything_is_written(tmp_path) -> None:
         AddColumnsPlan.plan(ds, pa.schema([("y", pa.int64())]), ["id"], fragment_ids=[5])
     assert [p.name for p in (tmp_path / "a.lance" / "data").iterdir()] == [
         f.path for f in ds.get_fragments()[0].data_files()]
+
+
+def test_an_append_may_leave_out_nullable_columns_as_pylance_allows(tmp_path) -> None:
+    schema = pa.schema([pa.field("a", pa.int64()), pa.field("b", pa.float64(), False), pa.field("c", pa.string())])
+    base = pa.table({"a": [1, 2], "b": [1.0, 2.0], "c": ["x", "y"]}, schema=schema)
+    subset = pa.table({"c": ["z"], "b": [3.0]}, schema=pa.schema([schema.field("c"), schema.field("b")]))
+    without_b = pa.table({"a": [4]})
+    for name, write in (("ours", lance.write_dataset), ("pylance", pylance.write_dataset)):
+        uri = str(tmp_path / f"{name}.lance")
+        write(base, uri)
+        write(subset, uri, mode="append")
+        with pytest.raises((lance.SchemaMismatchError, OSError), match="b"):  # b is not nullable
+            write(without_b, uri, mode="append")
+    ours, theirs = pylance.dataset(str(tmp_path / "ours.lance")), pylance.dataset(str(tmp_path / "pylance.lance"))
+    assert ours.to_table() == theirs.to_table()
+    assert [sorted(f.data_files()[0].fields) for f in ours.get_fragments()] == [[0, 1, 2], [1, 2]]
+    # the fragment lacking ``a`` is what only_missing fills
+    ds = lance.dataset(str(tmp_path / "ours.lance"))
+    with pytest.raises(lance.SchemaEvolutionError, match="some of the columns"):
+        AddColumnsPlan.missing_fragments(ds, ["a", "c"])
+    assert AddColumnsPlan.missing_fragments(ds, ["a"]) == [1]
