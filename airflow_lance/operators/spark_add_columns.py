@@ -277,7 +277,7 @@ class LanceSparkAddColumnsOperator(BaseOperator):
         params: dict[str, Any] = {"read_version": ds.version, "input_columns": inputs,
                                   "only_missing": bool(self.only_missing)}
         if self.expressions:
-            params["expressions"] = dict(self.expressions)
+            params["expressions"] = [[name, sql] for name, sql in self.expressions.items()]
         else:
             params.update(function=self.function, function_input=self.function_input)
             if output is not None:

@@ -13,7 +13,7 @@ Two ways to compute:
   ``add_columns`` calls a UDF (``function_input="pandas"`` hands it pandas DataFrames). Without
   an ``output_schema`` the driver infers it by calling the function on the first row, as
   pylance does. Everything runs in the executors' Python workers.
-* ``expressions`` (``{name: Spark SQL expression}``): a DataFrame with one partition per fragment
+* ``expressions`` (``[name, Spark SQL expression]`` pairs): a DataFrame with one partition per fragment
   (a narrow plan, no shuffle): ``mapInArrow`` reads each fragment's live rows with the fragment id
   and row ordinal, Spark evaluates ``selectExpr``, and a second ``mapInArrow`` in the same
   partition writes the file. The writer checks that its partition holds exactly its fragment's
@@ -156,7 +156,7 @@ def _run_expressions(spark: SparkSession, spec: TaskJobSpec, ds: Any, ids: list[
     from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
     params = spec.params
-    expressions: Mapping[str, str] = params["expressions"]
+    expressions = {name: expression for name, expression in params["expressions"]}
     inputs = AddColumnsPlan.check_input_columns(ds, list(params.get("input_columns") or ds.schema.names))
     arrow_inputs = pa.schema([ds.schema.field(c) for c in inputs] +
                              [pa.field(FRAGMENT_COLUMN, pa.int64(), False), pa.field(ROW_COLUMN, pa.int64(), False)])

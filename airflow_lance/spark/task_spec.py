@@ -164,17 +164,18 @@ def decode_schema(text: str) -> pa.Schema:
 
 def check_add_columns(tasks: Sequence[Any], params: Mapping[str, Any]) -> None:
     """An ``add_columns`` job: ``{"fragment_id": n}`` tasks, a read version, and exactly one of
-    ``expressions`` ({name: Spark SQL}) and ``function`` (``module:function``)."""
+    ``expressions`` ([name, Spark SQL] pairs, in column order) and ``function`` (``module:function``)."""
     require(all(isinstance(t, Mapping) and isinstance(t.get("fragment_id"), int) for t in tasks),
             "add_columns tasks must be objects with an integer fragment_id")
     version = params.get("read_version")
     require(isinstance(version, int) and version > 0, f"read_version must be a positive integer, not {version!r}")
     expressions, function = params.get("expressions"), params.get("function")
     require((expressions is None) != (function is None), "give exactly one of expressions and function")
-    if expressions is not None:
-        require(isinstance(expressions, Mapping) and bool(expressions) and all(
-            isinstance(k, str) and k and isinstance(v, str) and v.strip() for k, v in expressions.items()),
-            "expressions must map new column names to Spark SQL expressions")
+    if expressions is not None:  # [name, expression] pairs: JSON objects would lose the columns' order
+        require(isinstance(expressions, (list, tuple)) and bool(expressions) and all(
+            isinstance(pair, (list, tuple)) and len(pair) == 2 and isinstance(pair[0], str) and pair[0]
+            and isinstance(pair[1], str) and pair[1].strip() for pair in expressions),
+            "expressions must be [new column name, Spark SQL expression] pairs")
     else:
         require(isinstance(function, str) and function.count(":") == 1 and all(function.split(":")),
                 f"function must look like 'package.module:function', not {function!r}")
