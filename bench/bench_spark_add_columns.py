@@ -106,7 +106,7 @@ def main() -> None:
         for name in ("spark", *(() if args.skip_core else ("core",))):
             got = pylance.dataset(copies[name]).to_table(columns=["embedding"])
             assert got.equals(reference), f"{name} differs from pylance"
-        size = pylance.dataset(copies["spark"]).versions()[-1]["metadata"]["total_files_size"]
+        size = int(pylance.dataset(copies["spark"]).versions()[-1]["metadata"]["total_files_size"])
     spark.stop()
     for name, seconds in results.items():
         print(f"{name:45s} {seconds:8.2f} s  {args.rows / seconds / 1e6:6.2f} M rows/s")

@@ -172,6 +172,8 @@ def _run_expressions(spark: SparkSession, spec: TaskJobSpec, ds: Any, ids: list[
                                   for name, expression in expressions.items()])
     output = _plain_types(to_arrow_schema(computed.schema))  # Spark analyses the expressions here
     output = pa.schema([output.field(name) for name in expressions])
+    if params.get("only_missing"):  # backfilled values are cast to the columns' types (e.g. a decimal to double)
+        output = AddColumnsPlan.existing_fields(ds, list(expressions)).to_arrow()
     plan = AddColumnsPlan.plan(ds, output, inputs, only_missing=bool(params.get("only_missing")), fragment_ids=ids)
     write = functools.partial(write_values, ids=ids, uri=spec.uri, storage_options=dict(spec.storage_options),
                               plan=plan.to_json())

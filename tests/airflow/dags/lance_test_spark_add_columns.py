@@ -13,7 +13,9 @@ from typing import Any
 import lance as pylance
 import pyarrow as pa
 
-from airflow.providers.common.compat.sdk import DAG
+from airflow.providers.common.compat.sdk import DAG, task
+
+import airflow_lance.core as lance
 
 from airflow_lance.operators.spark_add_columns import LanceSparkAddColumnsOperator
 from spark_write_faults import failure_recorder
@@ -61,8 +63,18 @@ with DAG("lance_test_spark_add_columns", schedule=None, start_date=dt.datetime(2
                                             function="spark_udfs:score", output_schema={"score": "float64"},
                                             input_columns=["id"], only_missing=True, py_files=UDFS, **common)
     backfill_again = LanceSparkAddColumnsOperator(task_id="backfill_again", uri=f"{ROOT}/backfill.lance",
-                                                  expressions={"score": "CAST(id * 0.5 AS DOUBLE)"},
+                                                  expressions={"score": "id * 0.5"},  # a decimal, cast to the column's double
                                                   only_missing=True, **common)
+    backfill_nothing = LanceSparkAddColumnsOperator(task_id="backfill_nothing", uri=f"{ROOT}/backfill.lance",
+                                                    expressions={"score": "id * 0.5"}, only_missing=True, **common)
+
+    @task(task_id="append_without_score")
+    def append_without_score() -> None:
+        """New rows written without the score column (their fragment lacks it)."""
+        lance.write_dataset(pa.table({"id": pa.array(range(600, 650), pa.int64()),
+                                      "label": [f"row-{i}" for i in range(600, 650)]}),
+                            f"{ROOT}/backfill.lance", mode="append")
+
     retry = FailAfterCommit(task_id="retry_after_commit", uri=f"{ROOT}/retry.lance", function="spark_udfs:score",
                             input_columns=["id"], py_files=UDFS, retries=1, **common)
     fails = LanceSparkAddColumnsOperator(task_id="function_fails", uri=f"{ROOT}/fails.lance",
@@ -81,4 +93,4 @@ with DAG("lance_test_spark_add_columns", schedule=None, start_date=dt.datetime(2
     spark_rejects = LanceSparkAddColumnsOperator(task_id="spark_rejects", uri=f"{ROOT}/fails.lance",
                                                  expressions={"x": "no_such_function(id)"}, **common)
     (unknown_input >> existing >> bad_sql >> bad_function >> sql_v20 >> udf_v22 >> pandas_v22 >> backfill
-     >> backfill_again >> retry >> fails >> spark_rejects >> concurrent)
+     >> append_without_score() >> backfill_again >> backfill_nothing >> retry >> fails >> spark_rejects >> concurrent)

@@ -103,17 +103,22 @@ def test_functions_equal_pylance_add_columns_on_a_2_2_dataset_with_stable_row_id
 
 
 def test_only_missing_backfills_the_appended_fragments_with_one_data_replacement(run: Run) -> None:
-    assert run.tis["backfill"].state == run.tis["backfill_again"].state == "success"
+    for task_id in ("backfill", "backfill_again", "backfill_nothing"):
+        assert run.tis[task_id].state == "success"
     ds = pylance.dataset(run.uri("backfill"))
     table = ds.to_table()
-    assert table.num_rows == 600 and table["score"].null_count == 0
+    assert table.num_rows == 650 and table["score"].null_count == 0
     assert table["score"] == pc.multiply(table["id"].cast(pa.float64()), 0.5)
-    result = xcom_value(run.dag_run, "backfill")
-    assert result["operation"] == "data_replacement" and result["num_fragments"] == 2 and result["num_rows"] == 200
-    assert result["version"] == run.versions["backfill"] + 1 == ds.version
+    assert table.schema.field("score").type == pa.float64()
+    first = xcom_value(run.dag_run, "backfill")  # the two fragments pylance appended without the column
+    assert first["operation"] == "data_replacement" and first["num_fragments"] == 2 and first["num_rows"] == 200
+    assert first["version"] == run.versions["backfill"] + 1
+    second = xcom_value(run.dag_run, "backfill_again")  # the fragment our core appended without it, by Spark SQL
+    assert second["operation"] == "data_replacement" and second["num_fragments"] == 1 and second["num_rows"] == 50
+    assert second["version"] == run.versions["backfill"] + 3 == ds.version
     assert type(ds.read_transaction(ds.version).operation).__name__ == "DataReplacement"
-    again = xcom_value(run.dag_run, "backfill_again")
-    assert again["operation"] == "none" and again["version"] == ds.version and again["num_fragments"] == 0
+    nothing = xcom_value(run.dag_run, "backfill_nothing")
+    assert nothing["operation"] == "none" and nothing["version"] == ds.version and nothing["num_fragments"] == 0
 
 
 def test_retry_after_the_commit_landed_adds_nothing(run: Run) -> None:
@@ -166,8 +171,9 @@ def test_an_append_landing_while_the_job_runs_keeps_its_rows(run: Run) -> None:
 
 def test_spark_ran_only_for_valid_jobs_and_secrets_stay_out(run: Run) -> None:
     calls = run.spy.calls()
-    # sql_v20, udf_v22, pandas_v22, backfill, retry (first try only), function_fails, spark_rejects, concurrent
-    assert len(calls) == 8
+    # sql_v20, udf_v22, pandas_v22, backfill, backfill_again, retry (first try only), function_fails,
+    # spark_rejects, concurrent
+    assert len(calls) == 9
     assert all(SECRET not in " ".join(argv) for argv in calls)
     assert SECRET not in run.spy.output()
     for task_id in ("sql_v20", "udf_v22", "backfill"):
