@@ -92,5 +92,7 @@ with DAG("lance_test_spark_add_columns", schedule=None, start_date=dt.datetime(2
                                                 function="no_module_function", **common)
     spark_rejects = LanceSparkAddColumnsOperator(task_id="spark_rejects", uri=f"{ROOT}/fails.lance",
                                                  expressions={"x": "no_such_function(id)"}, **common)
+    window_refused = LanceSparkAddColumnsOperator(task_id="window_refused", uri=f"{ROOT}/fails.lance",
+                                                  expressions={"x": "sum(id) OVER ()"}, **common)
     (unknown_input >> existing >> bad_sql >> bad_function >> sql_v20 >> udf_v22 >> pandas_v22 >> backfill
-     >> append_without_score() >> backfill_again >> backfill_nothing >> retry >> fails >> spark_rejects >> concurrent)
+     >> append_without_score() >> backfill_again >> backfill_nothing >> retry >> fails >> spark_rejects >> window_refused >> concurrent)

@@ -138,6 +138,9 @@ def test_a_failing_task_leaves_the_dataset_unchanged(run: Run) -> None:
         assert run.tis[task_id].state == "failed"
         assert run.failure(task_id)["type"] == "LanceSparkJobError"
     assert "injected failure of the add-columns function" in run.failure("function_fails")["message"]
+    # a window moves rows between partitions: the writer refuses to store them under the wrong rows
+    assert run.tis["window_refused"].state == "failed"
+    assert "moved rows" in run.failure("window_refused")["message"]
     ds = pylance.dataset(run.uri("fails"))
     assert ds.version == run.versions["fails"] and ds.schema.names == ["id", "label"]
     assert ds.to_table() == _table(0, 400)
@@ -172,8 +175,8 @@ def test_an_append_landing_while_the_job_runs_keeps_its_rows(run: Run) -> None:
 def test_spark_ran_only_for_valid_jobs_and_secrets_stay_out(run: Run) -> None:
     calls = run.spy.calls()
     # sql_v20, udf_v22, pandas_v22, backfill, backfill_again, retry (first try only), function_fails,
-    # spark_rejects, concurrent
-    assert len(calls) == 9
+    # spark_rejects, window_refused, concurrent
+    assert len(calls) == 10
     assert all(SECRET not in " ".join(argv) for argv in calls)
     assert SECRET not in run.spy.output()
     for task_id in ("sql_v20", "udf_v22", "backfill"):
