@@ -218,7 +218,8 @@ class AddColumnsPlan:
         """Every planned fragment written once, each with exactly one new file of the plan's fields."""
         ids = [f.id for f in written]
         if sorted(ids) != sorted(self.fragment_ids):
-            raise SchemaEvolutionError(f"written fragments {sorted(ids)} are not the planned {sorted(self.fragment_ids)}")
+            raise SchemaEvolutionError(f"written fragments {sorted(ids)} are not the planned "
+                                       f"{sorted(self.fragment_ids)}")
         want = self.fields.field_ids()
         for fragment in written:
             if not fragment.files or sorted(fragment.files[-1].fields) != sorted(want):

@@ -295,7 +295,8 @@ class LanceSparkAddColumnsOperator(BaseOperator):
         if staged is None or staged.spec_digest != spec.digest():
             return None
         fragments = [lance.FragmentMetadata.from_json(r) for r in staged.results]
-        if lance.AddColumnsPlan.from_json(staged.info["plan"]).missing_files(self.hook.get_dataset(spec.uri), fragments):
+        plan = lance.AddColumnsPlan.from_json(staged.info["plan"])
+        if plan.missing_files(self.hook.get_dataset(spec.uri), fragments):
             self.log.warning("Not reusing the staged result of an earlier try: data files are missing")
             return None
         self.log.info("Reusing the Spark output staged by an earlier try of this task: %d fragments", len(fragments))
@@ -307,7 +308,8 @@ class LanceSparkAddColumnsOperator(BaseOperator):
                             f"the Spark add-columns job for {spec.uri}")
         staged = TaskJobResult.load(spec.staging_root, spec.staging_name, spec.storage_options)
         if staged is None or staged.spec_digest != spec.digest() or "plan" not in staged.info:
-            raise LanceStagedResultError(f"the Spark add-columns job for {spec.uri} finished without staging its result")
+            raise LanceStagedResultError(
+                f"the Spark add-columns job for {spec.uri} finished without staging its result")
         return staged
 
     def _commit(self, spec: TaskJobSpec, staged: TaskJobResult, key: str, context: Context) -> dict[str, Any]:
@@ -342,7 +344,8 @@ class LanceSparkAddColumnsOperator(BaseOperator):
         LanceSparkWriteOperator._leave_receipt(self, spec.uri, key, summary)  # type: ignore[arg-type]
         return summary
 
-    def _discard(self, spec: TaskJobSpec, plan: lance.AddColumnsPlan, written: Sequence[lance.FragmentMetadata]) -> None:
+    def _discard(self, spec: TaskJobSpec, plan: lance.AddColumnsPlan,
+                 written: Sequence[lance.FragmentMetadata]) -> None:
         """The files of a job that will not be committed, and its staged result, are removed."""
         plan.discard(self.hook.get_dataset(spec.uri), written)
         TaskJobResult.discard(spec.staging_root, spec.staging_name, spec.storage_options)

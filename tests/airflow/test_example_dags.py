@@ -131,7 +131,8 @@ def test_add_columns_example_computes_features_and_embeddings_then_backfills(tmp
     table = ds.to_table()
     assert table.num_rows == 23_000 and table.column_names == [
         "id", "name", "price", "price_with_tax", "name_upper", "embedding"]
-    assert table["embedding"].combine_chunks().equals(embed(table.select(["name"]).combine_chunks().to_batches()[0]).column(0))
+    names = table.select(["name"]).combine_chunks().to_batches()[0]
+    assert table["embedding"].combine_chunks().equals(embed(names).column(0))
     assert table["name_upper"] == pc.utf8_upper(table["name"])
     assert xcom_value(dag_run, "report") == {"version": ds.version, "num_rows": 23_000, "missing_embeddings": 0,
                                              "missing_features": 0}

@@ -24,7 +24,8 @@ def double(batch: pa.RecordBatch) -> pa.RecordBatch:
     return pa.record_batch({"y": pc.multiply(batch.column("x"), 2.0)})
 
 
-def _write_all(uri: str, plan: AddColumnsPlan, func=double) -> list[lance.FragmentMetadata]:  # type: ignore[no-untyped-def]
+def _write_all(uri: str, plan: AddColumnsPlan,
+               func=double) -> list[lance.FragmentMetadata]:  # type: ignore[no-untyped-def]
     plan = AddColumnsPlan.from_json(plan.to_json())  # as the executors get it
     at_read = lance.dataset(uri, plan.read_version)
     return [plan.write_fragment(at_read, fragment_id, func) for fragment_id in plan.fragment_ids]

@@ -42,6 +42,15 @@ class FailAfterCommit(LanceSparkAddColumnsOperator):
         return summary
 
 
+class FailBeforeCommit(LanceSparkAddColumnsOperator):
+    """Fails its first try after the Spark job staged its result, before the commit (fault injection)."""
+
+    def _commit(self, spec, staged, key, context):  # type: ignore[no-untyped-def]
+        if context["ti"].try_number == 1:
+            raise RuntimeError("injected failure before the commit")
+        return super()._commit(spec, staged, key, context)
+
+
 class AppendWhileRunning(LanceSparkAddColumnsOperator):
     """Another writer (pylance) appends rows after the Spark job read the dataset, before the commit."""
 
@@ -63,7 +72,8 @@ with DAG("lance_test_spark_add_columns", schedule=None, start_date=dt.datetime(2
                                             function="spark_udfs:score", output_schema={"score": "float64"},
                                             input_columns=["id"], only_missing=True, py_files=UDFS, **common)
     backfill_again = LanceSparkAddColumnsOperator(task_id="backfill_again", uri=f"{ROOT}/backfill.lance",
-                                                  expressions={"score": "id * 0.5"},  # a decimal, cast to the column's double
+                                                  # a decimal, cast to the column's double
+                                                  expressions={"score": "id * 0.5"},
                                                   only_missing=True, **common)
     backfill_nothing = LanceSparkAddColumnsOperator(task_id="backfill_nothing", uri=f"{ROOT}/backfill.lance",
                                                     expressions={"score": "id * 0.5"}, only_missing=True, **common)
@@ -77,6 +87,8 @@ with DAG("lance_test_spark_add_columns", schedule=None, start_date=dt.datetime(2
 
     retry = FailAfterCommit(task_id="retry_after_commit", uri=f"{ROOT}/retry.lance", function="spark_udfs:score",
                             input_columns=["id"], py_files=UDFS, retries=1, **common)
+    retry_staged = FailBeforeCommit(task_id="retry_before_commit", uri=f"{ROOT}/staged.lance",
+                                    expressions={"doubled": "id * 2"}, retries=1, **common)
     fails = LanceSparkAddColumnsOperator(task_id="function_fails", uri=f"{ROOT}/fails.lance",
                                          function="spark_udfs:fails_on_late_rows", input_columns=["id"],
                                          py_files=UDFS, **common)
@@ -95,4 +107,5 @@ with DAG("lance_test_spark_add_columns", schedule=None, start_date=dt.datetime(2
     window_refused = LanceSparkAddColumnsOperator(task_id="window_refused", uri=f"{ROOT}/fails.lance",
                                                   expressions={"x": "sum(id) OVER ()"}, **common)
     (unknown_input >> existing >> bad_sql >> bad_function >> sql_v20 >> udf_v22 >> pandas_v22 >> backfill
-     >> append_without_score() >> backfill_again >> backfill_nothing >> retry >> fails >> spark_rejects >> window_refused >> concurrent)
+     >> append_without_score() >> backfill_again >> backfill_nothing >> retry >> retry_staged >> fails >> spark_rejects
+     >> window_refused >> concurrent)

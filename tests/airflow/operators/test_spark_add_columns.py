@@ -61,10 +61,10 @@ def run(tmp_path_factory: pytest.TempPathFactory, spark_submit_spy: SparkSubmitS
     pylance.write_dataset(_table(0, 400), uri("backfill"), max_rows_per_file=200)
     pylance.dataset(uri("backfill")).add_columns(spark_udfs.score, read_columns=["id"])
     pylance.write_dataset(_table(400, 200), uri("backfill"), mode="append", max_rows_per_file=100)
-    for name in ("retry", "fails", "concurrent"):
+    for name in ("retry", "staged", "fails", "concurrent"):
         pylance.write_dataset(_table(0, 400), uri(name), max_rows_per_file=100)
     versions = {name: pylance.dataset(uri(name)).version for name in
-                ("v20", "v22", "backfill", "retry", "fails", "concurrent")}
+                ("v20", "v22", "backfill", "retry", "staged", "fails", "concurrent")}
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LANCE_TEST_ROOT", str(root))
         mp.setenv(*connection_env("lance_test", conn_type="lance", host=str(root),
@@ -133,6 +133,19 @@ def test_retry_after_the_commit_landed_adds_nothing(run: Run) -> None:
     assert len(staged) == 1 and staged[0].endswith(".landed.json")  # the receipt; no staged job result left
 
 
+def test_retry_before_the_commit_commits_the_staged_result_without_running_spark_again(run: Run) -> None:
+    ti = run.tis["retry_before_commit"]
+    assert (ti.state, ti.try_number) == ("success", 2)
+    ds = pylance.dataset(run.uri("staged"))
+    assert ds.version == run.versions["staged"] + 1
+    assert ds.to_table()["doubled"] == pc.multiply(ds.to_table()["id"], 2)
+    assert ds.read_transaction(ds.version).transaction_properties["airflow.try_number"] == "2"
+    runs = [argv for argv in run.spy.calls() if "airflow-lance-retry_before_commit" in argv]
+    assert len(runs) == 1  # the second try committed what the first staged
+    referenced = {f.path for frag in ds.get_fragments() for f in frag.data_files()}
+    assert {p.name for p in (run.root / "staged.lance" / "data").iterdir()} == referenced
+
+
 def test_a_failing_task_leaves_the_dataset_unchanged(run: Run) -> None:
     for task_id in ("function_fails", "spark_rejects"):
         assert run.tis[task_id].state == "failed"
@@ -175,8 +188,8 @@ def test_an_append_landing_while_the_job_runs_keeps_its_rows(run: Run) -> None:
 def test_spark_ran_only_for_valid_jobs_and_secrets_stay_out(run: Run) -> None:
     calls = run.spy.calls()
     # sql_v20, udf_v22, pandas_v22, backfill, backfill_again, retry (first try only), function_fails,
-    # spark_rejects, window_refused, concurrent
-    assert len(calls) == 10
+    # retry_before_commit (first try only), spark_rejects, window_refused, concurrent
+    assert len(calls) == 11
     assert all(SECRET not in " ".join(argv) for argv in calls)
     assert SECRET not in run.spy.output()
     for task_id in ("sql_v20", "udf_v22", "backfill"):

@@ -18,7 +18,8 @@ COLUMNS = ["id", "Label", "vector"]
 
 def test_expression_columns_are_the_dataset_columns_the_expressions_read() -> None:
     found = expression_columns({"a": "id * 2", "b": "upper(label) || CAST(id AS STRING)",
-                                "c": "aggregate(vector, 0D, (acc, v) -> acc + v)", "d": "transform(vector, x -> x + 1)"},
+                                "c": "aggregate(vector, 0D, (acc, v) -> acc + v)",
+                                "d": "transform(vector, x -> x + 1)"},
                                COLUMNS)
     assert found == ["id", "Label", "vector"]  # case-insensitive as Spark, lambda variables are not columns
     assert expression_columns({"k": "42"}, COLUMNS) == []
