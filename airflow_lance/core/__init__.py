@@ -5,6 +5,7 @@ Public surface with pylance's names. This package never imports Airflow or Spark
 
 from airflow_lance.core.changes import Changes, changes_between
 from airflow_lance.core.cleanup import CleanupStats, TaggedVersionsError, cleanup_old_versions
+from airflow_lance.core.column_files import AddColumnsPlan
 from airflow_lance.core.dataset import LanceDataset, LanceFragment, dataset, write_dataset
 from airflow_lance.core.errors import (
     AmbiguousMergeInsertError,
@@ -61,6 +62,7 @@ from airflow_lance.core.transaction import IDEMPOTENCY_KEY, LanceOperation, Tran
 from airflow_lance.core.write import write_fragments
 
 __all__ = [
+    "AddColumnsPlan",
     "AmbiguousMergeInsertError",
     "BatchUDF",
     "BatchUDFCheckpoint",

@@ -261,6 +261,18 @@ def _latest_or_none(store: ObjectStore) -> ManifestFile | None:
         return None
 
 
+def _present_columns(target: LanceSchema, source: pa.Schema, version: str) -> LanceSchema:
+    """As pylance 14: an append may leave out nullable top-level columns (its fragments store none
+    of them and read them as null, until ``only_missing`` add-columns fills them); not with the
+    legacy format, nor a non-nullable column (``check_compatible`` then names it missing)."""
+    missing = [f for f in target.top_level() if f.name not in source.names]
+    known = {f.name for f in target.top_level()}
+    if not missing or version == LEGACY_STORAGE_VERSION or not all(f.nullable for f in missing) or not all(
+            name in known for name in source.names):  # other problems: check_compatible names them all
+        return target
+    return target.project([f.name for f in target.top_level() if f.name in source.names])
+
+
 def prepare_write(
     store: ObjectStore,
     data: DataLike,
@@ -285,6 +297,7 @@ def prepare_write(
     version = resolve_storage_version(data_storage_version, existing if keep else None)
     if mode == "append" and existing is not None:
         target = LanceSchema.from_fields(list(existing.manifest.fields), dict(existing.manifest.schema_metadata))
+        target = _present_columns(target, source_schema, version)
         target.check_compatible(source_schema)
     else:
         target = LanceSchema.from_arrow(source_schema)

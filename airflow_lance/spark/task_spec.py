@@ -10,6 +10,9 @@ Kinds:
 
 * ``compaction``: each task is a ``CompactionTask`` (its JSON form); each result a
   ``RewriteResult`` (JSON). Everything the tasks need is in them and ``uri``.
+* ``add_columns``: each task is ``{"fragment_id": n}``; each result the fragment with its new
+  data file (``FragmentMetadata`` JSON); ``info["plan"]`` the ``AddColumnsPlan`` to commit
+  (:mod:`airflow_lance.spark.add_columns`).
 * ``kartothek_import``: each task is a list of Kartothek partition labels; each result a
   ``PartitionsWritten`` (JSON). The driver plans the import again from ``params`` and
   refuses to write if the source changed since the operator planned it (the plan's
@@ -22,15 +25,18 @@ unreferenced data files, which version cleanup removes after its grace period.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, get_args
 
+import pyarrow as pa
+
 from airflow_lance.spark.spec import JobSpecError, StagedResult, require, string_map
 
-TaskJobKind = Literal["compaction", "kartothek_import"]
+TaskJobKind = Literal["compaction", "kartothek_import", "add_columns"]
 TASK_SPEC_VERSION = 1
 #: The key of a spec document that names a task job (write job specs do not have it).
 JOB_KEY = "job"
@@ -65,6 +71,8 @@ class TaskJobSpec:
         require(isinstance(self.params, Mapping), "params must be an object")
         if self.kind == "compaction":
             require(all(isinstance(t, Mapping) for t in self.tasks), "compaction tasks must be objects")
+        elif self.kind == "add_columns":
+            check_add_columns(self.tasks, self.params)
         else:
             missing = [name for name in KARTOTHEK_PARAMS if name not in self.params]
             require(not missing, f"a Kartothek import job needs params {missing}")
@@ -131,9 +139,52 @@ class TaskJobSpec:
         """A log-friendly description (no option values)."""
         if self.kind == "compaction":
             return f"{len(self.tasks)} compaction tasks on {self.uri}"
+        if self.kind == "add_columns":
+            how = (f"{len(self.params['expressions'])} Spark SQL expressions" if self.params.get("expressions")
+                   else f"function {self.params.get('function')}")
+            return (f"{'backfill' if self.params.get('only_missing') else 'new columns'} by {how} for "
+                    f"{len(self.tasks)} fragments of {self.uri} at version {self.params.get('read_version')}")
         labels = sum(len(t) for t in self.tasks)
         return (f"Kartothek import of {self.params.get('dataset_uuid')!r} table {self.params.get('table')!r} "
                 f"({labels} partitions in {len(self.tasks)} Spark tasks) into {self.uri}")
+
+
+def encode_schema(schema: pa.Schema) -> str:
+    """An Arrow schema as base64 text (IPC), for a spec or a staged result."""
+    return base64.b64encode(schema.serialize().to_pybytes()).decode()
+
+
+def decode_schema(text: str) -> pa.Schema:
+    """The schema :func:`encode_schema` wrote; JobSpecError if it is malformed."""
+    try:
+        return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+    except (ValueError, TypeError, pa.ArrowException) as exc:
+        raise JobSpecError(f"schema is malformed: {exc}") from None
+
+
+def check_add_columns(tasks: Sequence[Any], params: Mapping[str, Any]) -> None:
+    """An ``add_columns`` job: ``{"fragment_id": n}`` tasks, a read version, and exactly one of
+    ``expressions`` ([name, Spark SQL] pairs, in column order) and ``function`` (``module:function``)."""
+    require(all(isinstance(t, Mapping) and isinstance(t.get("fragment_id"), int) for t in tasks),
+            "add_columns tasks must be objects with an integer fragment_id")
+    version = params.get("read_version")
+    require(isinstance(version, int) and version > 0, f"read_version must be a positive integer, not {version!r}")
+    expressions, function = params.get("expressions"), params.get("function")
+    require((expressions is None) != (function is None), "give exactly one of expressions and function")
+    if expressions is not None:  # [name, expression] pairs: JSON objects would lose the columns' order
+        require(isinstance(expressions, (list, tuple)) and bool(expressions) and all(
+            isinstance(pair, (list, tuple)) and len(pair) == 2 and isinstance(pair[0], str) and pair[0]
+            and isinstance(pair[1], str) and pair[1].strip() for pair in expressions),
+            "expressions must be [new column name, Spark SQL expression] pairs")
+    else:
+        require(isinstance(function, str) and function.count(":") == 1 and all(function.split(":")),
+                f"function must look like 'package.module:function', not {function!r}")
+    inputs = params.get("input_columns")
+    require(inputs is None or (isinstance(inputs, list) and all(isinstance(c, str) for c in inputs)),
+            "input_columns must be a list of column names")
+    require(params.get("function_input", "arrow") in ("arrow", "pandas"), "function_input must be arrow or pandas")
+    if params.get("output_schema") is not None:
+        decode_schema(params["output_schema"])
 
 
 @dataclasses.dataclass(frozen=True)

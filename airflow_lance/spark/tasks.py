@@ -27,6 +27,7 @@ from airflow_lance.core import (
     plan_kartothek_import,
     write_kartothek_partitions,
 )
+from airflow_lance.spark.add_columns import run_add_columns
 from airflow_lance.spark.spec import JobSpecError
 from airflow_lance.spark.task_spec import TaskJobResult, TaskJobSpec
 from airflow_lance.spark.worker import bulk_write
@@ -104,6 +105,7 @@ def run_kartothek_import(spark: SparkSession, spec: TaskJobSpec) -> tuple[list[A
 RUNNERS: dict[str, Callable[[SparkSession, TaskJobSpec], tuple[list[Any], dict[str, Any]]]] = {
     "compaction": run_compaction,
     "kartothek_import": run_kartothek_import,
+    "add_columns": run_add_columns,
 }
 
 

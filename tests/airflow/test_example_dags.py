@@ -27,7 +27,8 @@ def test_example_dags_import_without_errors() -> None:
     assert bag.import_errors == {}
     assert set(bag.dag_ids) == {"example_lance_ingest", "example_lance_asset_watcher", "example_kartothek_import",
                                  "example_lance_maintenance", "example_lance_daily_pipeline",
-                                 "example_lance_incremental_embeddings"}
+                                 "example_lance_incremental_embeddings",
+                                 "example_lance_add_columns"}
 
 
 @dataclasses.dataclass
@@ -113,3 +114,29 @@ def test_daily_pipeline_example_runs_a_day_on_local_disk(tmp_path: pathlib.Path)
     compacted = xcom_value(dag_run, "lance_maintenance.compact")
     assert ds.version == compacted["version"] and ds.tags.list()["daily-20250101"]["version"] == ds.version
     assert xcom_value(dag_run, "lance_maintenance.cleanup")["old_versions"] >= 1
+
+
+def test_add_columns_example_computes_features_and_embeddings_then_backfills(tmp_path: pathlib.Path) -> None:
+    import sys
+
+    sys.path.insert(0, str(EXAMPLES))
+    from lance_example_embeddings import embed
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(*connection_env("lance_default", conn_type="lance", host=f"file://{tmp_path}"))
+        dag_run = load_dag("example_lance_add_columns.py", "example_lance_add_columns").test()
+    assert {t: ti.state for t, ti in task_instances(dag_run).items()} == dict.fromkeys(
+        ["seed_products", "add_features", "add_embeddings", "append_products", "backfill_embeddings",
+         "backfill_features", "report"], "success")
+    ds = pylance.dataset(str(tmp_path / "products.lance"))
+    table = ds.to_table()
+    assert table.num_rows == 23_000 and table.column_names == [
+        "id", "name", "price", "price_with_tax", "name_upper", "embedding"]
+    names = table.select(["name"]).combine_chunks().to_batches()[0]
+    assert table["embedding"].combine_chunks().equals(embed(names).column(0))
+    assert table["name_upper"] == pc.utf8_upper(table["name"])
+    assert xcom_value(dag_run, "report") == {"version": ds.version, "num_rows": 23_000, "missing_embeddings": 0,
+                                             "missing_features": 0}
+    assert [xcom_value(dag_run, t)["operation"] for t in ("add_features", "add_embeddings", "backfill_embeddings",
+                                                          "backfill_features")] == [
+        "merge", "merge", "data_replacement", "data_replacement"]
