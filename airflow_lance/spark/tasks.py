@@ -11,6 +11,7 @@ stages them. Nothing is committed here.
   ``write_kartothek_partitions`` for their partition labels; results are
   ``PartitionsWritten`` JSON. If the driver finds the import already committed, nothing is
   written and ``info["already_imported_version"]`` says where it landed.
+* ``update`` / ``delete``: :mod:`airflow_lance.spark.dml_tasks`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from airflow_lance.core import (
     plan_kartothek_import,
     write_kartothek_partitions,
 )
+from airflow_lance.spark.dml_tasks import run_delete, run_update
 from airflow_lance.spark.spec import JobSpecError
 from airflow_lance.spark.task_spec import TaskJobResult, TaskJobSpec
 from airflow_lance.spark.worker import bulk_write
@@ -104,6 +106,8 @@ def run_kartothek_import(spark: SparkSession, spec: TaskJobSpec) -> tuple[list[A
 RUNNERS: dict[str, Callable[[SparkSession, TaskJobSpec], tuple[list[Any], dict[str, Any]]]] = {
     "compaction": run_compaction,
     "kartothek_import": run_kartothek_import,
+    "update": run_update,
+    "delete": run_delete,
 }
 
 
