@@ -159,12 +159,15 @@ def decode_versions(data: bytes, physical_rows: int, what: str = "row version se
         sequence.ParseFromString(data)
     except DecodeError as exc:
         raise CorruptFileError(what, f"row version sequence does not decode: {exc}") from exc
+    # runs cover consecutive rows: a run's span gives its length only (Lance's RowDatasetVersionRun;
+    # compaction keeps each source fragment's spans, e.g. bitmaps of its live rows)
+    # (a sequence carried for a fragment's first rows only leaves the others 0)
+    lengths = [decode_segment(run.span, what).size for run in sequence.runs]
+    if sum(lengths) > physical_rows:
+        raise CorruptFileError(what, f"version runs cover {sum(lengths)} rows, the fragment has {physical_rows}")
     versions = np.zeros(physical_rows, dtype=np.uint64)
-    for run in sequence.runs:
-        offsets = decode_segment(run.span, what)
-        if offsets.size and int(offsets.max()) >= physical_rows:
-            raise CorruptFileError(what, f"version run names row {int(offsets.max())} of {physical_rows}")
-        versions[offsets.astype(np.int64)] = run.version
+    versions[:sum(lengths)] = np.repeat(np.array([run.version for run in sequence.runs], dtype=np.uint64),
+                                        np.array(lengths, dtype=np.int64))
     return versions
 
 

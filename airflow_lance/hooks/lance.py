@@ -272,6 +272,24 @@ class LanceHook(BaseHook):
             info["recreated"] = True
         if data_version is not None:
             info["data_version"] = data_version
+        if not recreated and baseline_version is not None and baseline_version <= ds.version:
+            info.update(LanceHook._change_counts(ds, baseline_version))
+        return info
+
+    @staticmethod
+    def _change_counts(ds: lance.LanceDataset, baseline_version: int) -> dict[str, Any]:
+        """``version_range`` and the rows inserted, updated and deleted since the baseline
+        (``airflow_lance.core.changes``); ``changes_error`` instead when they cannot be known
+        (versions in between cleaned up)."""
+        from airflow_lance.core.changes import changes_between
+
+        info: dict[str, Any] = {"version_range": [baseline_version, ds.version]}
+        try:
+            changes = changes_between(ds, baseline_version)
+        except (lance.VersionNotFoundError, lance.CorruptFileError) as exc:
+            info["changes_error"] = f"{type(exc).__name__}: {exc}"
+            return info
+        info.update(rows_inserted=changes.inserted, rows_updated=changes.updated, rows_deleted=changes.deleted)
         return info
 
     # -- connection test ----------------------------------------------------------------

@@ -3,7 +3,12 @@
 Works in ``poke`` and ``reschedule`` mode and deferred (``deferrable=True``, through
 :class:`~airflow_lance.triggers.version.LanceVersionTrigger`). Returns (and pushes to
 XCom) the version info: ``uri``, ``version``, ``baseline_version``, ``operation``,
-``timestamp`` (and ``tag`` / ``data_version`` / ``recreated`` where they apply).
+``timestamp`` (and ``tag`` / ``data_version`` / ``recreated`` where they apply). With a
+baseline, also ``version_range`` ``[baseline, version]`` and ``rows_inserted``,
+``rows_updated`` and ``rows_deleted`` between the two (``airflow_lance.core.changes``;
+``changes_error`` instead when versions in between were cleaned up): a downstream task reads
+just those rows with ``read_lance(spark, uri, version=info["version"],
+since_version=info["baseline_version"])``.
 """
 
 from __future__ import annotations

@@ -4,3 +4,7 @@ Imports ``airflow_lance.core`` and PySpark only, never Airflow, so a cluster nee
 nothing but pyarrow, protobuf, pyroaring and fsspec (the operator ships this code
 as a zip through ``--py-files``).
 """
+
+from airflow_lance.spark.read import read_lance
+
+__all__ = ["read_lance"]

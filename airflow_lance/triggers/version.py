@@ -12,7 +12,10 @@ Two uses:
   without a store it starts from ``baseline_version`` or the version current at start.
 
 Events report the *observed* latest version, not every intermediate commit: consumers
-needing a pinned read open ``dataset(uri, version=info["version"])``.
+needing a pinned read open ``dataset(uri, version=info["version"])``. The info carries the
+version range and the rows inserted, updated and deleted since the baseline (see
+:mod:`airflow_lance.sensors.version`), so a consumer reads only those rows with
+``read_lance(..., since_version=info["baseline_version"])``.
 """
 
 from __future__ import annotations

@@ -88,6 +88,8 @@ def test_poke_mode_waits_for_a_version_newer_than_at_the_first_poke(uri: str) ->
     info = xcom_value(dag_run, "wait")
     assert {k: info[k] for k in ("uri", "version", "baseline_version", "operation")} == {
         "uri": uri, "version": 2, "baseline_version": 1, "operation": "append"}
+    assert {k: info[k] for k in ("version_range", "rows_inserted", "rows_updated", "rows_deleted")} == {
+        "version_range": [1, 2], "rows_inserted": 2, "rows_updated": 0, "rows_deleted": 0}
 
 
 def test_reschedule_mode_remembers_the_baseline_across_reschedules(uri: str) -> None:

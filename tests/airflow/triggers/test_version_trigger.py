@@ -74,6 +74,23 @@ def test_fires_for_a_version_newer_than_the_baseline(uri: str) -> None:
         "uri": uri, "version": 2, "baseline_version": 1, "operation": "append"}
 
 
+def test_events_carry_the_version_range_and_row_counts(uri: str) -> None:
+    """Rows inserted, updated and deleted between the baseline and the new version (stable row
+    ids: an update is an update), for a downstream ``read_lance(..., since_version=baseline)``."""
+    stable = uri + "-stable"
+    lance.write_dataset(pa.table({"id": pa.array(range(10), pa.int64()), "v": pa.array([0] * 10, pa.int64())}),
+                        stable, enable_stable_row_ids=True)
+    lance.write_dataset(pa.table({"id": pa.array([10, 11, 12], pa.int64()), "v": pa.array([0] * 3, pa.int64())}),
+                        stable, mode="append")
+    lance.dataset(stable).update({"v": "1"}, where="id < 4")
+    lance.dataset(stable).delete("id = 9 OR id = 12")
+    payload = asyncio.run(_next(LanceVersionTrigger(uri=stable, baseline_version=1, poll_interval=0.1).run())).payload
+    info = payload["info"]
+    assert info["version_range"] == [1, 4]
+    assert (info["rows_inserted"], info["rows_updated"], info["rows_deleted"]) == (2, 4, 1)
+    assert lance.dataset(stable).count_rows() == 10 - 1 + 2
+
+
 def test_times_out_at_end_time(uri: str) -> None:
     trigger = LanceVersionTrigger(uri=uri, baseline_version=1, poll_interval=0.1, end_time=time.time() + 0.5)
     payload = asyncio.run(_next(trigger.run())).payload
