@@ -24,3 +24,21 @@ def failing_first_try(operator_class: type, fail_at: str) -> type:
 
     FailOnFirstTry.__name__ = f"{operator_class.__name__}FailingFirstTry"
     return FailOnFirstTry
+
+
+def with_concurrent_commit(operator_class: type, change: Any) -> type:
+    """A subclass of ``operator_class`` that runs ``change(uri)`` (another writer's commit) after
+    its first plan was written and before it commits: the commit meets a concurrent transaction."""
+
+    class WithConcurrentCommit(operator_class):  # type: ignore[misc, valid-type]
+        _changed = False
+
+        def plan(self, ds: Any, key: str, context: Any) -> Any:
+            planned = super().plan(ds, key, context)
+            if not self._changed:
+                self._changed = True
+                change(ds.uri)
+            return planned
+
+    WithConcurrentCommit.__name__ = f"{operator_class.__name__}WithConcurrentCommit"
+    return WithConcurrentCommit
