@@ -3,6 +3,7 @@
 Public surface with pylance's names. This package never imports Airflow or Spark.
 """
 
+from airflow_lance.core.changes import Changes, changes_between
 from airflow_lance.core.cleanup import CleanupStats, TaggedVersionsError, cleanup_old_versions
 from airflow_lance.core.dataset import LanceDataset, LanceFragment, dataset, write_dataset
 from airflow_lance.core.errors import (
@@ -65,6 +66,7 @@ __all__ = [
     "AmbiguousMergeInsertError",
     "BatchUDF",
     "BatchUDFCheckpoint",
+    "Changes",
     "CleanupStats",
     "CommitConflictError",
     "CommitStateUnknownError",
@@ -110,6 +112,7 @@ __all__ = [
     "UnsupportedFeatureError",
     "VersionNotFoundError",
     "batch_udf",
+    "changes_between",
     "cleanup_old_versions",
     "commit_kartothek_import",
     "compact_files",

@@ -9,14 +9,18 @@ data files, only manifests, transactions, deletion vectors and row sequences:
   (``Manifest.next_row_id``), and compaction and updates keep them: a row is *inserted* when
   its id is at least the base version's ``next_row_id``. A row is *updated* when it is older
   but its last-updated version (the fragment's ``last_updated_at_version`` sequence, which
-  Lance keeps through compaction) is after the base. Only the two manifests are read.
+  Lance keeps through compaction) is after the base. Only the two manifests (and the
+  transactions in between) are read; with a ``Restore`` in between, which can bring back rows
+  deleted at the base or older values, the base's row ids and versions are compared instead.
 * **Other datasets.** Row addresses change when rows move, so the versions in between are
   walked: fragments that appear are new rows, except the fragments a compaction (a ``Rewrite``
   transaction) wrote, which hold the live rows of the fragments they replace in the same order
   and inherit whether each was new. An update rewrites rows into new fragments and deletes the
   old ones, so without row ids an updated row counts as deleted and inserted (``updated`` is 0).
-  An ``Overwrite`` replaces everything: every row is new. Every version in between must still
-  exist (``VersionNotFoundError`` otherwise).
+  An ``Overwrite`` replaces everything: every row is new; a ``Restore`` brings back the rows of
+  the version restored (new where they were new then; when it restores a version before the base,
+  the rows live at the base are old and the others new). Every version in between must still exist
+  (``VersionNotFoundError`` otherwise).
 
 Counts: ``inserted`` and ``updated`` are live rows of the later version; ``deleted`` is the
 number of rows of the base version that are gone (``rows(base) - (rows(new) - inserted)``).
@@ -142,26 +146,78 @@ def changes_between(dataset: LanceDataset, base: int | str) -> Changes:
 Flags = dict[int, tuple[np.ndarray, np.ndarray]]
 
 
+def _last_updated(dataset: LanceDataset, fragment: FragmentMetadata) -> np.ndarray | None:
+    data = rowids.sequence_bytes(dataset.store, fragment.to_pb(), rowids.LAST_UPDATED_FIELDS)
+    if data is None:
+        return None
+    return rowids.decode_versions(data, fragment.physical_rows, f"fragment {fragment.id} last-updated versions")
+
+
 def _stable_flags(dataset: LanceDataset, base: LanceDataset) -> Flags:
-    """(inserted, updated) flags per physical row, from row ids and last-updated versions."""
+    """(inserted, updated) flags per physical row, from row ids and last-updated versions.
+
+    Without a ``Restore`` in between, from the base's ``next_row_id`` and version number alone.
+    A ``Restore`` can bring back rows deleted at the base, or older values: then a row is
+    inserted when its id is not live at the base, updated when its last-updated version differs
+    from the base's (the base's row ids and versions are read for that)."""
+    exact = _restored_between(dataset, base)
+    base_rows = _live_row_versions(base) if exact else None
     first_new_id = np.uint64(base.manifest_file.manifest.next_row_id)
     flags: Flags = {}
     for fragment in dataset._fragments:
-        new = fragment_row_ids(dataset, fragment) >= first_new_id
-        data = rowids.sequence_bytes(dataset.store, fragment.to_pb(), rowids.LAST_UPDATED_FIELDS)
-        if data is None:
-            changed = np.zeros(fragment.physical_rows, dtype=bool)
+        ids = fragment_row_ids(dataset, fragment)
+        versions = _last_updated(dataset, fragment)
+        if base_rows is None:
+            new = ids >= first_new_id
+            changed = np.zeros(ids.size, dtype=bool) if versions is None else versions > np.uint64(base.version)
         else:
-            what = f"fragment {fragment.id} last-updated versions"
-            changed = rowids.decode_versions(data, fragment.physical_rows, what) > np.uint64(base.version)
+            base_ids, base_versions = base_rows
+            at = np.minimum(np.searchsorted(base_ids, ids), max(base_ids.size - 1, 0))
+            found = base_ids[at] == ids if base_ids.size else np.zeros(ids.size, dtype=bool)
+            new = ~found
+            changed = found & (versions != base_versions[at]) if versions is not None and base_ids.size \
+                else np.zeros(ids.size, dtype=bool)
         if new.any() or changed.any():
             flags[fragment.id] = (new, changed)
     return flags
 
 
+def _restored_between(dataset: LanceDataset, base: LanceDataset) -> bool:
+    """Whether a ``Restore`` may lie between the two versions (a version or transaction in between
+    is gone: assume so)."""
+    for version in range(base.version + 1, dataset.version + 1):
+        try:
+            transaction = dataset.read_transaction(version)
+        except VersionNotFoundError:
+            return True
+        if transaction is None or isinstance(transaction.operation, LanceOperation.Restore):
+            return True
+    return False
+
+
+def _live_row_versions(dataset: LanceDataset) -> tuple[np.ndarray, np.ndarray]:
+    """The row ids (sorted) of the live rows of a version with stable row ids, and their
+    last-updated versions (0 where not recorded)."""
+    ids_pieces, version_pieces = [], []
+    for fragment in dataset._fragments:
+        ids = fragment_row_ids(dataset, fragment)
+        versions = _last_updated(dataset, fragment)
+        if versions is None:
+            versions = np.zeros(ids.size, dtype=np.uint64)
+        live = live_offsets(dataset, fragment)
+        ids_pieces.append(ids if live is None else ids[live])
+        version_pieces.append(versions if live is None else versions[live])
+    if not ids_pieces:
+        return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.uint64)
+    ids, versions = np.concatenate(ids_pieces), np.concatenate(version_pieces)
+    order = np.argsort(ids, kind="stable")
+    return ids[order], versions[order]
+
+
 def _walked_flags(dataset: LanceDataset, base: LanceDataset) -> Flags:
     """Inserted flags per physical row, following fragments version by version (module docstring)."""
     new: dict[int, np.ndarray] = {}
+    walked = {base.version: new}  # the flags of every version walked (a Restore goes back to one)
     previous = base
     for version in range(base.version + 1, dataset.version + 1):
         try:
@@ -171,12 +227,13 @@ def _walked_flags(dataset: LanceDataset, base: LanceDataset) -> Flags:
                 f"version {version} of {dataset.uri} is gone (cleaned up): the rows changed between "
                 f"versions {base.version} and {dataset.version} of a dataset without stable row ids "
                 "can only be found through every version in between") from exc
-        new = _step(previous, current, new)
+        new = walked[version] = _step(previous, current, new, walked, base)
         previous = current
     return {fid: (flags, np.zeros_like(flags)) for fid, flags in new.items() if flags.any()}
 
 
-def _step(previous: LanceDataset, current: LanceDataset, new: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+def _step(previous: LanceDataset, current: LanceDataset, new: dict[int, np.ndarray],
+          walked: Mapping[int, dict[int, np.ndarray]], base: LanceDataset) -> dict[int, np.ndarray]:
     """The inserted flags of ``current``'s fragments, from those of ``previous``'s."""
     before = {f.id: f for f in previous._fragments}
     now = {f.id: f for f in current._fragments}
@@ -185,6 +242,14 @@ def _step(previous: LanceDataset, current: LanceDataset, new: dict[int, np.ndarr
     result = {fid: flags for fid, flags in new.items() if fid in now}
     if isinstance(operation, LanceOperation.Overwrite):
         return {fid: np.ones(f.physical_rows, dtype=bool) for fid, f in now.items()}
+    if isinstance(operation, LanceOperation.Restore):
+        # back to a version walked: its flags; to one before the base: the rows live at the base are old
+        restored = walked.get(operation.version)
+        if restored is not None:
+            return {fid: flags for fid, flags in restored.items() if fid in now}
+        at_base = {f.id: f for f in base._fragments}
+        return {fid: ~_live_mask(base, at_base[fid]) if fid in at_base else np.ones(f.physical_rows, dtype=bool)
+                for fid, f in now.items()}
     rewritten: set[int] = set()
     if isinstance(operation, LanceOperation.Rewrite):
         for group in operation.groups:

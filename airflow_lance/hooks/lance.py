@@ -281,11 +281,9 @@ class LanceHook(BaseHook):
         """``version_range`` and the rows inserted, updated and deleted since the baseline
         (``airflow_lance.core.changes``); ``changes_error`` instead when they cannot be known
         (versions in between cleaned up)."""
-        from airflow_lance.core.changes import changes_between
-
         info: dict[str, Any] = {"version_range": [baseline_version, ds.version]}
         try:
-            changes = changes_between(ds, baseline_version)
+            changes = lance.changes_between(ds, baseline_version)
         except (lance.VersionNotFoundError, lance.CorruptFileError) as exc:
             info["changes_error"] = f"{type(exc).__name__}: {exc}"
             return info

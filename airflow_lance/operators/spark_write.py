@@ -40,12 +40,14 @@ from airflow_lance.operators._spark_submit import (
 from airflow_lance.spark.spec import (
     MAX_BYTES_PER_FILE,
     MAX_ROWS_PER_FILE,
+    LanceSourceSpec,
     SourceSpec,
     WriteJobResult,
     WriteJobSpec,
     WriteMode,
     WriteReceipt,
     check_against_dataset,
+    pin_lance_source,
     receipt_location,
     staging_location,
 )
@@ -90,6 +92,17 @@ class LanceSparkWriteOperator(BaseOperator):
     :param source_sql: a Spark SQL query; a ``.sql`` file is read as a template. (templated)
     :param source_callable: ``"package.module:function"``; called with the SparkSession, it
         returns the DataFrame. Ship its module with ``py_files``. (templated)
+    :param source_lance_uri: read another Lance dataset instead (``read_lance`` on the
+        executors), resolved with ``source_lance_conn_id``. (templated)
+    :param source_lance_version: its version number or tag (default: the latest when the task
+        runs, pinned for the job). (templated)
+    :param source_lance_columns: the columns to read (default all). (templated)
+    :param source_lance_filter: a SQL filter pushed down to the fragment reads. (templated)
+    :param source_lance_since_version: only rows inserted or updated after this version. (templated)
+    :param transform: ``"package.module:function"`` mapping the source DataFrame to the one
+        written (e.g. computing an embedding column); ship its module with ``py_files``. (templated)
+    :param source_lance_conn_id: the ``lance`` connection of the source (dataset root, storage
+        options; default ``lance_conn_id``). Its storage options travel in the private spec file.
     :param lance_conn_id: the ``lance`` connection (dataset root, storage options).
     :param spark_conn_id: the ``spark`` connection (master, deploy mode, ...).
     :param conf: Spark configuration. (templated)
@@ -150,6 +163,12 @@ class LanceSparkWriteOperator(BaseOperator):
         "source_options",
         "source_sql",
         "source_callable",
+        "source_lance_uri",
+        "source_lance_version",
+        "source_lance_columns",
+        "source_lance_filter",
+        "source_lance_since_version",
+        "transform",
         "conf",
         "py_files",
         "jars",
@@ -175,6 +194,13 @@ class LanceSparkWriteOperator(BaseOperator):
         source_options: Mapping[str, Any] | None = None,
         source_sql: str | None = None,
         source_callable: str | None = None,
+        source_lance_uri: str | None = None,
+        source_lance_version: int | str | None = None,
+        source_lance_columns: Sequence[str] | None = None,
+        source_lance_filter: str | None = None,
+        source_lance_since_version: int | str | None = None,
+        source_lance_conn_id: str | None = None,
+        transform: str | None = None,
         lance_conn_id: str | None = DEFAULT_CONN_ID,
         spark_conn_id: str = "spark_default",
         conf: Mapping[str, Any] | None = None,
@@ -210,6 +236,10 @@ class LanceSparkWriteOperator(BaseOperator):
         self.source_options = dict(source_options or {})
         self.source_sql = source_sql
         self.source_callable = source_callable
+        self.source_lance_uri, self.source_lance_version = source_lance_uri, source_lance_version
+        self.source_lance_columns, self.source_lance_filter = source_lance_columns, source_lance_filter
+        self.source_lance_since_version, self.source_lance_conn_id = source_lance_since_version, source_lance_conn_id
+        self.transform = transform
         self.lance_conn_id = lance_conn_id
         self.spark_conn_id = spark_conn_id
         self.conf = dict(conf or {})
@@ -236,9 +266,10 @@ class LanceSparkWriteOperator(BaseOperator):
         self._spark_job: SparkJobRunner | None = None
         if "{{" not in str(mode):
             self._check_mode(mode)
-        sources = [s for s in (source_path, source_sql, source_callable) if s not in (None, "", [], ())]
+        sources = [s for s in (source_path, source_sql, source_callable, source_lance_uri) if s not in (None, "", [], ())]
         if len(sources) != 1:
-            raise ValueError(f"{self.task_id}: give exactly one of source_path, source_sql and source_callable")
+            raise ValueError(f"{self.task_id}: give exactly one of source_path, source_sql, source_callable "
+                             "and source_lance_uri")
 
     @staticmethod
     def _check_mode(mode: str) -> WriteMode:
@@ -351,7 +382,7 @@ class LanceSparkWriteOperator(BaseOperator):
             mode=job_mode,
             source=SourceSpec.from_fields(path=self.source_path, format=self.source_format,
                                           options=self.source_options, sql=self.source_sql,
-                                          callable=self.source_callable),
+                                          callable=self.source_callable, lance=self._lance_source()),
             read_version=existing.version if existing is not None else 0,
             staging_root=staging_root,
             staging_name=staging_name,
@@ -362,10 +393,29 @@ class LanceSparkWriteOperator(BaseOperator):
             data_storage_version=self.data_storage_version,
             fixed_size_lists=self.fixed_size_lists,
             cast=self.cast,
+            transform=self.transform or None,
         )
         if job_mode == "append" and existing is not None:  # named columns and types checked before Spark runs
             check_against_dataset(existing.schema, spec.fixed_size_lists, spec.cast)
         return spec
+
+    def _lance_source(self) -> LanceSourceSpec | None:
+        """The Lance source with its version pinned, checked (version, tag, columns, filter)
+        before Spark runs."""
+        if self.source_lance_uri in (None, ""):
+            return None
+
+        def version_of(value: Any) -> int | str | None:
+            text = str(value).strip() if value is not None else ""
+            return None if text == "" else int(text) if text.isdigit() else text
+
+        hook = LanceHook(self.source_lance_conn_id or self.lance_conn_id)
+        columns = [self.source_lance_columns] if isinstance(self.source_lance_columns, str) \
+            else self.source_lance_columns
+        return pin_lance_source(hook.resolve_uri(self.source_lance_uri), version=version_of(self.source_lance_version),
+                                columns=columns, filter=self.source_lance_filter or None,
+                                since_version=version_of(self.source_lance_since_version),
+                                storage_options=hook.storage_options)
 
     def _reusable_result(self, spec: WriteJobSpec) -> WriteJobResult | None:
         """The result an earlier try staged for this very write, if all its files are there."""

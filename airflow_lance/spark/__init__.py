@@ -1,4 +1,5 @@
-"""The PySpark write job: runs on Spark drivers and executors.
+"""The PySpark jobs (write, tasks) and the Lance Spark source (:func:`read_lance`): run on Spark
+drivers and executors.
 
 Imports ``airflow_lance.core`` and PySpark only, never Airflow, so a cluster needs
 nothing but pyarrow, protobuf, pyroaring and fsspec (the operator ships this code

@@ -127,22 +127,39 @@ def _remove_distributed_file(name: str, _rows: object = None) -> None:
 
 
 def load_source(spark: SparkSession, source: SourceSpec) -> DataFrame:
-    """The source as a DataFrame: Spark-readable path(s), a SQL query, or ``module:function(spark)``."""
-    from pyspark.sql import DataFrame
-
+    """The source as a DataFrame: Spark-readable path(s), a SQL query, ``module:function(spark)``,
+    or a Lance dataset (``read_lance``)."""
     if source.kind == "path":
         reader = spark.read.format(source.format).options(**source.options)
         return reader.load(list(source.paths) if len(source.paths) > 1 else source.paths[0])
     if source.kind == "sql":
         return spark.sql(source.query or "")
-    module_name, _, function_name = (source.callable or "").partition(":")
+    if source.kind == "lance" and source.lance is not None:
+        from airflow_lance.spark.read import read_lance
+
+        lance = source.lance
+        return read_lance(spark, lance.uri, version=lance.version, columns=lance.columns, filter=lance.filter,
+                          storage_options=lance.storage_options, since_version=lance.since_version)
+    return call_for_dataframe(source.callable or "", "source callable", spark)
+
+
+def apply_transform(df: DataFrame, transform: str) -> DataFrame:
+    """``module:function(df)``: the DataFrame to write, computed from the source's."""
+    return call_for_dataframe(transform, "transform", df)
+
+
+def call_for_dataframe(reference: str, what: str, argument: object) -> DataFrame:
+    """Import ``module:function``, call it with ``argument``; JobSpecError unless it gives a DataFrame."""
+    from pyspark.sql import DataFrame
+
+    module_name, _, function_name = reference.partition(":")
     try:
         function = getattr(importlib.import_module(module_name), function_name)
     except (ImportError, AttributeError) as exc:
-        raise JobSpecError(f"cannot import source callable {source.callable!r}: {exc}") from exc
-    result = function(spark)
+        raise JobSpecError(f"cannot import {what} {reference!r}: {exc}") from exc
+    result = function(argument)
     if not isinstance(result, DataFrame):
-        raise JobSpecError(f"source callable {source.callable!r} returned {type(result).__name__}, not a DataFrame")
+        raise JobSpecError(f"{what} {reference!r} returned {type(result).__name__}, not a DataFrame")
     return result
 
 
@@ -156,6 +173,8 @@ def _target_schema(spec: WriteJobSpec) -> pa.Schema | None:
 def run(spark: SparkSession, spec: WriteJobSpec) -> WriteJobResult:
     """Write the spec's source as fragments and stage the result; return it."""
     df = load_source(spark, spec.source)
+    if spec.transform:
+        df = apply_transform(df, spec.transform)
     if spec.num_partitions is not None:
         df = df.repartition(spec.num_partitions)
     result = write_dataframe(

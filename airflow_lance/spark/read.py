@@ -165,16 +165,21 @@ def _task_rows(tasks: Sequence[ReadTask]) -> list[tuple[int, int, int, bytes]]:
 
 _OPENED: dict[tuple[str, int], tuple[LanceDataset, dict[int, Any]]] = {}
 _OPENED_LOCK = threading.Lock()
+#: dataset versions a Python worker keeps open
+_OPENED_MAX = 4
 
 
 def _open(uri: str, version: int, storage_options: Mapping[str, str]) -> tuple[LanceDataset, dict[int, Any]]:
     """The dataset version and its fragments by id, opened once per Python worker."""
     key = (uri, version)
     with _OPENED_LOCK:
-        found = _OPENED.get(key)
+        found = _OPENED.pop(key, None)
         if found is None:
             ds = dataset(uri, version, storage_options=dict(storage_options))
-            found = _OPENED[key] = (ds, {f.id: f for f in ds._fragments})
+            found = (ds, {f.id: f for f in ds._fragments})
+        _OPENED[key] = found  # most recently used last
+        while len(_OPENED) > _OPENED_MAX:
+            _OPENED.pop(next(iter(_OPENED)))
         return found
 
 
@@ -188,10 +193,11 @@ def read_tasks(
     filter: str | None,
     with_row_address: bool,
     schema: pa.Schema,
+    with_row_id: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     """Read the tasks of ``batches`` (:data:`TASK_SCHEMA` rows); yield batches of ``schema``."""
     ds, fragments = _open(uri, version, storage_options)
-    reader = FragmentReader(ds, columns, filter, with_row_address=with_row_address)
+    reader = FragmentReader(ds, columns, filter, with_row_id=with_row_id, with_row_address=with_row_address)
     for batch in batches:
         for fragment_id, start, stop, offsets in zip(*(batch.column(i).to_pylist() for i in range(4)), strict=True):
             fragment = fragments.get(fragment_id)
@@ -230,13 +236,14 @@ def plan_read(
     since_version: int | str | None = None,
     with_row_address: bool = False,
     rows_per_partition: int | None = None,
+    with_row_id: bool = False,
 ) -> LanceRead:
     """Open the version, compile the scan (errors here, before any task) and plan the tasks."""
     rows_per_partition = _check_rows_per_partition(rows_per_partition)
     if filter is not None and not isinstance(filter, str):
         raise InvalidInputError(f"filter must be a SQL string, not {type(filter).__name__}")
     ds = dataset(uri, version, storage_options=dict(storage_options or {}))
-    scan_schema = FragmentReader(ds, columns, filter, with_row_address=with_row_address).schema
+    scan_schema = FragmentReader(ds, columns, filter, with_row_id=with_row_id, with_row_address=with_row_address).schema
     changes = None
     selections = None
     if since_version is not None:
@@ -259,13 +266,15 @@ def read_lance(
     since_version: int | str | None = None,
     with_row_address: bool = False,
     rows_per_partition: int | None = None,
+    with_row_id: bool = False,
 ) -> DataFrame:
     """A DataFrame of a Lance dataset version, read on the executors (one partition per task).
 
     ``version``: a version number or tag (default: the latest, pinned when called); ``columns``:
     names or ``{name: SQL expression}``; ``filter``: a SQL predicate evaluated during each
     fragment's read; ``with_row_address``: add ``_rowaddr`` (``bigint``; fragment id << 32 |
-    offset); ``since_version``: only the rows inserted or updated after that version
+    offset); ``with_row_id``: add ``_rowid`` (``bigint``; the stable row id where the dataset
+    has them, else the address); ``since_version``: only the rows inserted or updated after that version
     (:mod:`airflow_lance.core.changes`); ``rows_per_partition``: split larger fragments into
     row ranges (each range task decodes its fragment's columns, so split only to spread few
     large fragments over more cores). Errors (missing version or tag, unknown column, bad filter)
@@ -273,14 +282,15 @@ def read_lance(
     """
     planned = plan_read(uri, version=version, columns=columns, filter=filter, storage_options=storage_options,
                         since_version=since_version, with_row_address=with_row_address,
-                        rows_per_partition=rows_per_partition)
+                        rows_per_partition=rows_per_partition, with_row_id=with_row_id)
     return dataframe_of(spark, uri, planned, columns=columns, filter=filter, storage_options=storage_options,
-                        with_row_address=with_row_address)
+                        with_row_address=with_row_address, with_row_id=with_row_id)
 
 
 def dataframe_of(spark: SparkSession, uri: str, planned: LanceRead, *,
                  columns: Sequence[str] | Mapping[str, str] | None, filter: str | None,
-                 storage_options: Mapping[str, str] | None, with_row_address: bool) -> DataFrame:
+                 storage_options: Mapping[str, str] | None, with_row_address: bool,
+                 with_row_id: bool = False) -> DataFrame:
     """The DataFrame that runs a planned read (an empty one when there is nothing to read)."""
     spark_schema = to_spark_schema(planned.schema)
     if not planned.tasks:
@@ -296,5 +306,6 @@ def dataframe_of(spark: SparkSession, uri: str, planned: LanceRead, *,
         filter=filter,
         with_row_address=with_row_address,
         schema=planned.schema,
+        with_row_id=with_row_id,
     )
     return spark.createDataFrame(tasks, TASK_DDL).mapInArrow(reader, spark_schema)

@@ -29,7 +29,7 @@ from airflow_lance.core.layout import data_file_path
 from airflow_lance.core.storage import open_store
 
 WriteMode = Literal["create", "append", "overwrite"]
-SourceKind = Literal["path", "sql", "callable"]
+SourceKind = Literal["path", "sql", "callable", "lance"]
 SPEC_VERSION = 1
 STAGING_DIR = "_airflow_staging"
 MAX_ROWS_PER_FILE = 1024 * 1024
@@ -160,8 +160,76 @@ def string_map(name: str, value: Any) -> dict[str, str]:
 
 
 @dataclasses.dataclass(frozen=True)
+class LanceSourceSpec:
+    """A Lance dataset read with ``read_lance``: the version (pinned by the operator), the
+    projection, the filter, ``since_version``, and the storage options (kept out of ``repr``,
+    :meth:`SourceSpec.describe` and the spec digest)."""
+
+    uri: str
+    version: int | str | None = None
+    columns: tuple[str, ...] | None = None
+    filter: str | None = None
+    since_version: int | str | None = None
+    storage_options: Mapping[str, str] = dataclasses.field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        require(isinstance(self.uri, str) and bool(self.uri), "source_lance_uri must be a non-empty string")
+        for name in ("version", "since_version"):
+            value = getattr(self, name)
+            require(value is None or (isinstance(value, (int, str)) and not isinstance(value, bool)),
+                    f"source_lance_{name} must be a version number or a tag name, not {value!r}")
+        if self.columns is not None:
+            require(not isinstance(self.columns, str) and all(isinstance(c, str) and c for c in self.columns),
+                    f"source_lance_columns must be a list of column names, not {self.columns!r}")
+            object.__setattr__(self, "columns", tuple(self.columns))
+        require(self.filter is None or isinstance(self.filter, str), "source_lance_filter must be a SQL string")
+        object.__setattr__(self, "storage_options", string_map("source storage_options", self.storage_options or {}))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"uri": self.uri, "version": self.version, "filter": self.filter, "since_version": self.since_version,
+                "columns": list(self.columns) if self.columns is not None else None,
+                "storage_options": dict(self.storage_options)}
+
+    @classmethod
+    def from_json(cls, data: Any) -> LanceSourceSpec:
+        require(isinstance(data, Mapping), "source lance must be an object")
+        try:
+            return cls(uri=data["uri"], version=data.get("version"), columns=data.get("columns"),
+                       filter=data.get("filter"), since_version=data.get("since_version"),
+                       storage_options=data.get("storage_options") or {})
+        except KeyError as exc:
+            raise JobSpecError(f"source lance lacks {exc.args[0]!r}") from None
+
+
+def pin_lance_source(
+    uri: str,
+    *,
+    version: int | str | None = None,
+    columns: Sequence[str] | None = None,
+    filter: str | None = None,
+    since_version: int | str | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> LanceSourceSpec:
+    """The Lance source at ``version`` (default: the latest now) pinned to its number, checked
+    before Spark runs: the version or tag exists, the columns and filter compile against its
+    schema, ``since_version`` is a version before it (the core's typed errors otherwise)."""
+    from airflow_lance.core import changes_between, dataset
+    from airflow_lance.core.fragment_read import FragmentReader
+
+    if filter is not None and not isinstance(filter, str):
+        raise JobSpecError(f"source_lance_filter must be a SQL string, not {type(filter).__name__}")
+    ds = dataset(uri, version, storage_options=dict(storage_options or {}))
+    FragmentReader(ds, columns, filter)
+    if since_version is not None:
+        changes_between(ds, since_version)
+    return LanceSourceSpec(uri=uri, version=ds.version, columns=columns, filter=filter, since_version=since_version,
+                           storage_options=dict(storage_options or {}))
+
+
+@dataclasses.dataclass(frozen=True)
 class SourceSpec:
-    """What the job reads: Spark-readable path(s), a Spark SQL query, or ``module:function(spark)``."""
+    """What the job reads: Spark-readable path(s), a Spark SQL query, ``module:function(spark)``,
+    or a Lance dataset (:class:`LanceSourceSpec`)."""
 
     kind: SourceKind
     paths: tuple[str, ...] = ()
@@ -169,6 +237,7 @@ class SourceSpec:
     options: Mapping[str, str] = dataclasses.field(default_factory=dict)
     query: str | None = None
     callable: str | None = None
+    lance: LanceSourceSpec | None = None
 
     @classmethod
     def from_fields(
@@ -179,12 +248,18 @@ class SourceSpec:
         options: Mapping[str, Any] | None = None,
         sql: str | None = None,
         callable: str | None = None,
+        lance: LanceSourceSpec | None = None,
     ) -> SourceSpec:
-        """Validate operator fields: exactly one of ``path``, ``sql`` and ``callable``."""
-        fields = (("source_path", path), ("source_sql", sql), ("source_callable", callable))
+        """Validate operator fields: exactly one of ``path``, ``sql``, ``callable`` and ``lance``."""
+        fields = (("source_path", path), ("source_sql", sql), ("source_callable", callable), ("source_lance_uri", lance))
         given = [name for name, value in fields if value not in (None, "", [], ())]
         require(len(given) == 1,
-                 f"give exactly one of source_path, source_sql, source_callable (got {given or 'none'})")
+                 f"give exactly one of source_path, source_sql, source_callable, source_lance_uri "
+                 f"(got {given or 'none'})")
+        if lance is not None:
+            require(isinstance(lance, LanceSourceSpec), "a Lance source must be a LanceSourceSpec")
+            require(not options and not format, "source_format and source_options apply to source_path only")
+            return cls("lance", lance=lance)
         if path not in (None, "", [], ()):
             paths = (path,) if isinstance(path, str) else tuple(path)  # type: ignore[arg-type]
             require(all(isinstance(p, str) and p for p in paths), "source_path must be a path or a list of paths")
@@ -206,11 +281,24 @@ class SourceSpec:
             return f"{self.format} at {', '.join(self.paths)}{keys}"
         if self.kind == "sql":
             return f"Spark SQL query ({len(self.query or '')} characters)"
+        if self.kind == "lance" and self.lance is not None:
+            parts = [f"version {self.lance.version}" if self.lance.version is not None else "latest version"]
+            if self.lance.since_version is not None:
+                parts.append(f"rows changed since version {self.lance.since_version}")
+            if self.lance.columns is not None:
+                parts.append(f"columns {list(self.lance.columns)}")
+            if self.lance.filter:
+                parts.append(f"filter ({len(self.lance.filter)} characters)")
+            keys = f", storage options {sorted(self.lance.storage_options)}" if self.lance.storage_options else ""
+            return f"Lance dataset {self.lance.uri} ({', '.join(parts)}{keys})"
         return f"callable {self.callable}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "paths": list(self.paths), "format": self.format, "options": dict(self.options),
+        data = {"kind": self.kind, "paths": list(self.paths), "format": self.format, "options": dict(self.options),
                 "query": self.query, "callable": self.callable}
+        if self.lance is not None:
+            data["lance"] = self.lance.to_json()
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> SourceSpec:
@@ -222,6 +310,8 @@ class SourceSpec:
                                    options=data.get("options") or {})
         if kind == "sql":
             return cls.from_fields(sql=data.get("query"))
+        if kind == "lance":
+            return cls.from_fields(lance=LanceSourceSpec.from_json(data.get("lance")))
         return cls.from_fields(callable=data.get("callable"))
 
 
@@ -245,6 +335,8 @@ class WriteJobSpec:
     fixed_size_lists: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     #: columns cast on the executors, {column: type name} (see :func:`parse_type`)
     cast: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    #: ``package.module:function`` mapping the source DataFrame to the DataFrame written
+    transform: str | None = None
 
     def __post_init__(self) -> None:
         require(isinstance(self.uri, str) and bool(self.uri), "uri must be a non-empty string")
@@ -257,6 +349,9 @@ class WriteJobSpec:
         _positive_int("max_bytes_per_file", self.max_bytes_per_file)
         if self.num_partitions is not None:
             _positive_int("num_partitions", self.num_partitions)
+        require(self.transform is None or (isinstance(self.transform, str) and self.transform.count(":") == 1
+                                           and all(self.transform.split(":"))),
+                f"transform must look like 'package.module:function', not {self.transform!r}")
         require(self.data_storage_version is None or isinstance(self.data_storage_version, str),
                  f"data_storage_version must be a string such as '2.0', not {self.data_storage_version!r}")
         sizes, vector_casts = vector_map(self.fixed_size_lists)
@@ -270,6 +365,8 @@ class WriteJobSpec:
         extra: dict[str, Any] = {"fixed_size_lists": dict(self.fixed_size_lists)} if self.fixed_size_lists else {}
         if self.cast:
             extra["cast"] = dict(self.cast)
+        if self.transform:
+            extra["transform"] = self.transform
         return {
             **extra,
             "spec_version": SPEC_VERSION,
@@ -314,6 +411,7 @@ class WriteJobSpec:
                 data_storage_version=data.get("data_storage_version"),
                 fixed_size_lists=data.get("fixed_size_lists") or {},
                 cast=data.get("cast") or {},
+                transform=data.get("transform"),
             )
         except KeyError as exc:
             raise JobSpecError(f"job spec lacks {exc.args[0]!r}") from None
@@ -324,6 +422,7 @@ class WriteJobSpec:
         data = self.to_dict()
         for key in ("storage_options", "staging_root", "staging_name"):
             data.pop(key)
+        data["source"].get("lance", {}).pop("storage_options", None)
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 

@@ -90,6 +90,8 @@ CASES: dict[str, dict[str, Any]] = {
     "row_address_filtered": {"columns": ["id", "tags"], "filter": "id > 1000", "with_row_address": True},
     "nothing_matches": {"columns": ["id"], "filter": "id < 0"},
     "split_fragments": {"rows_per_partition": 120, "with_row_address": True},
+    "row_ids": {"columns": ["id"], "with_row_id": True, "filter": "id % 2 = 0"},
+    "sql_projection": {"columns": {"id": "id", "twice": "score * 2", "big": "id > 1000"}, "filter": "small < 100"},
     "secret_options": {"columns": ["id"], "storage_options": {"aws_secret_access_key": SECRET}},
 }
 
@@ -102,6 +104,7 @@ SINCE_CASES: dict[str, tuple[int, int | None, str | None]] = {
     "since_5": (5, None, None),
     "since_5_filtered": (5, None, "id >= 300"),
     "since_latest": (-1, None, None),
+    "since_2_split": (2, None, None),
 }
 SINCE_HISTORIES = {"addresses": False, "stable_row_ids": True}
 
@@ -109,14 +112,16 @@ SINCE_HISTORIES = {"addresses": False, "stable_row_ids": True}
 def _since_case(uri: str, name: str) -> dict[str, Any]:
     base, version, filter = SINCE_CASES[name]
     latest = pylance.dataset(uri).version
+    split = {"rows_per_partition": 17} if name.endswith("_split") else {}
     return {"uri": uri, "since_version": latest if base < 0 else base, "version": version, "filter": filter,
-            "columns": ["id", "v", "s"]}
+            "columns": ["id", "v", "s"], **split}
 
 
 def _expected(uri: str, case: dict[str, Any]) -> pa.Table:
     ds = pylance.dataset(uri, version=case.get("version"))
     table = ds.to_table(columns=case.get("columns"), filter=case.get("filter"),
-                        with_row_address=case.get("with_row_address", False))
+                        with_row_address=case.get("with_row_address", False),
+                        with_row_id=case.get("with_row_id", False))
     return table.cast(spark_arrow_schema(table.schema))
 
 
@@ -166,7 +171,7 @@ def test_read_lance_equals_pylance(spark_reads, case: str, fmt: str) -> None:
 @pytest.mark.parametrize("case", list(SINCE_CASES))
 def test_since_version_equals_pylance_difference(spark_reads, case: str, kind: str) -> None:
     out, uris, _ = spark_reads
-    got, _ = _spark_result(out, f"{case}@{kind}")
+    got, meta = _spark_result(out, f"{case}@{kind}")
     kwargs = _since_case(uris[kind], case)
     version = kwargs["version"] or pylance.dataset(uris[kind]).version
     rows, inserted, updated, _ = oracle(uris[kind], kwargs["since_version"], version, SINCE_HISTORIES[kind])
@@ -175,6 +180,8 @@ def test_since_version_equals_pylance_difference(spark_reads, case: str, kind: s
     else:
         assert len(rows) == inserted + updated
     assert sorted(got.to_pylist(), key=lambda r: r["id"]) == rows
+    if case.endswith("_split"):  # selected rows of a fragment split into tasks of 17
+        assert meta["partitions"] > len(plan_read(uris[kind], since_version=kwargs["since_version"]).tasks)
     if case != "since_latest":
         assert rows  # the case reads something
 
