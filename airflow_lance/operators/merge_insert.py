@@ -9,6 +9,7 @@ import airflow_lance.core as lance
 from airflow_lance.operators._dml import LanceDmlOperator, Planned
 from airflow_lance.operators._log_format import human_bytes
 from airflow_lance.operators._spark_submit import LanceStagedResultError
+from airflow_lance.operators.spark_write import LanceSparkWriteOperator
 from airflow_lance.spark.merge_insert_spec import MergeInsertJobResult, MergeInsertJobSpec
 from airflow_lance.spark.spec import MAX_BYTES_PER_FILE, MAX_ROWS_PER_FILE, SourceSpec, staging_location
 
@@ -39,8 +40,12 @@ class LanceSparkMergeInsertOperator(LanceDmlOperator):
     :param uri: the dataset (URI, path, ``lance+`` asset URI or name below the connection's
         root); it must exist. (templated)
     :param on: key column(s). (templated)
-    :param source_path, source_format, source_options, source_sql, source_callable: the source,
-        exactly one of them, as for :class:`~airflow_lance.operators.spark_write.LanceSparkWriteOperator`.
+    :param source_path, source_format, source_options, source_sql, source_callable, source_lance_uri:
+        the source, exactly one of them, as for
+        :class:`~airflow_lance.operators.spark_write.LanceSparkWriteOperator`; a Lance source
+        (``read_lance`` on the executors) also takes ``source_lance_version``,
+        ``source_lance_columns``, ``source_lance_filter``, ``source_lance_since_version`` (only the
+        rows inserted or updated since then: an incremental upsert) and ``source_lance_conn_id``.
         Its columns must be the dataset's (a subset holding the keys: updated rows keep the
         others, inserted rows get nulls). (templated)
     :param when_matched_update_all: replace matched rows by the source's (default True).
@@ -62,7 +67,8 @@ class LanceSparkMergeInsertOperator(LanceDmlOperator):
 
     template_fields: Sequence[str] = (
         *LanceDmlOperator.template_fields, "on", "source_path", "source_format", "source_options", "source_sql",
-        "source_callable", "when_matched_update_all_condition", "when_not_matched_by_source_delete_expr")
+        "source_callable", "source_lance_uri", "source_lance_version", "source_lance_columns", "source_lance_filter",
+        "source_lance_since_version", "when_matched_update_all_condition", "when_not_matched_by_source_delete_expr")
     template_ext: Sequence[str] = (".sql",)
     template_fields_renderers: ClassVar[dict[str, str]] = {
         "source_sql": "sql", "conf": "json", "source_options": "json"}
@@ -80,6 +86,12 @@ class LanceSparkMergeInsertOperator(LanceDmlOperator):
         source_options: Mapping[str, Any] | None = None,
         source_sql: str | None = None,
         source_callable: str | None = None,
+        source_lance_uri: str | None = None,
+        source_lance_version: int | str | None = None,
+        source_lance_columns: Sequence[str] | None = None,
+        source_lance_filter: str | None = None,
+        source_lance_since_version: int | str | None = None,
+        source_lance_conn_id: str | None = None,
         when_matched_update_all: bool = True,
         when_matched_update_all_condition: str | None = None,
         when_not_matched_insert_all: bool = True,
@@ -98,6 +110,9 @@ class LanceSparkMergeInsertOperator(LanceDmlOperator):
         self.source_options = dict(source_options or {})
         self.source_sql = source_sql
         self.source_callable = source_callable
+        self.source_lance_uri, self.source_lance_version = source_lance_uri, source_lance_version
+        self.source_lance_columns, self.source_lance_filter = source_lance_columns, source_lance_filter
+        self.source_lance_since_version, self.source_lance_conn_id = source_lance_since_version, source_lance_conn_id
         self.when_matched_update_all = when_matched_update_all
         self.when_matched_update_all_condition = when_matched_update_all_condition
         self.when_not_matched_insert_all = when_not_matched_insert_all
@@ -106,9 +121,10 @@ class LanceSparkMergeInsertOperator(LanceDmlOperator):
         self.num_partitions = num_partitions
         self.max_rows_per_file = max_rows_per_file
         self.max_bytes_per_file = max_bytes_per_file
-        sources = [s for s in (source_path, source_sql, source_callable) if s not in (None, "", [], ())]
+        sources = [s for s in (source_path, source_sql, source_callable, source_lance_uri) if s not in (None, "", [], ())]
         if len(sources) != 1:
-            raise ValueError(f"{self.task_id}: give exactly one of source_path, source_sql and source_callable")
+            raise ValueError(f"{self.task_id}: give exactly one of source_path, source_sql, source_callable "
+                             "and source_lance_uri")
         if not (when_matched_update_all or when_not_matched_insert_all or when_not_matched_by_source_delete):
             raise ValueError(f"{self.task_id}: the merge insert is not configured to change the data in any way")
 
@@ -130,7 +146,7 @@ class LanceSparkMergeInsertOperator(LanceDmlOperator):
             read_version=ds.version,
             source=SourceSpec.from_fields(path=self.source_path, format=self.source_format,
                                           options=self.source_options, sql=self.source_sql,
-                                          callable=self.source_callable),
+                                          callable=self.source_callable, lance=self._lance_source()),
             on=self._keys(),
             staging_root=staging_root,
             staging_name=staging_name,
@@ -144,6 +160,9 @@ class LanceSparkMergeInsertOperator(LanceDmlOperator):
             max_rows_per_file=self.max_rows_per_file,
             max_bytes_per_file=self.max_bytes_per_file,
         )
+
+    # the Lance source pinned to its version and checked before Spark runs, as the write operator does
+    _lance_source = LanceSparkWriteOperator._lance_source
 
     def plan(self, ds: lance.LanceDataset, key: str, context: Context) -> Planned:
         spec = self._spec(ds, key)

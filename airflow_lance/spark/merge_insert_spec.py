@@ -148,6 +148,7 @@ class MergeInsertJobSpec:
         data = self.to_dict()
         for key in ("storage_options", "staging_root", "staging_name"):
             data.pop(key)
+        data["source"].get("lance", {}).pop("storage_options", None)
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
     def describe(self) -> str:

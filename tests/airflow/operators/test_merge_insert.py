@@ -79,7 +79,8 @@ def run(tmp_path_factory: pytest.TempPathFactory, spark_submit_spy: SparkSubmitS
         ds.delete("id IN (7, 1501, 1999)")
         shutil.copytree(root / "oracle" / f"{name}.lance", root / f"{name}.lance")
     pq.write_table(_source([*range(1500, 2500), None]), root / "upsert.parquet")
-    pq.write_table(_partial(), root / "partial.parquet")
+    pq.write_table(_partial(), root / "partial.parquet")  # the oracle's copy of the Lance source
+    pylance.write_dataset(_partial(), str(root / "partial-source.lance"), max_rows_per_file=250)
     pq.write_table(_source([1, 2, 2, 3]), root / "duplicates.parquet")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LANCE_TEST_ROOT", str(root))
@@ -126,7 +127,7 @@ def test_upsert_equals_pylance_and_a_retry_after_the_commit_commits_nothing(run:
     assert _spark_runs(run, "upsert") == 1  # the retry found the landed commit
 
 
-def test_conditional_update_and_delete_by_source_from_a_partial_source(run: MergeRun) -> None:
+def test_conditional_update_and_delete_by_source_from_a_partial_lance_source(run: MergeRun) -> None:
     assert run.tis["conditional"].state == "success"
     oracle = run.oracle("conditional")
     expected = (oracle.merge_insert("id").when_matched_update_all(CONDITION).when_not_matched_insert_all()
