@@ -218,6 +218,25 @@ class LanceDmlOperator(BaseOperator):
             self._spark_job.kill()
 
 
+class LanceLocalOrSparkOperator(LanceDmlOperator):
+    """Base of the row-changing operators that plan in the worker (``mode="local"``) or on Spark
+    (``mode="spark"``: one Spark task per fragment, or per group of ``num_tasks``)."""
+
+    def __init__(self, *, mode: str = "local", num_tasks: int | None = None, conflict_retries: int = 10,
+                 **kwargs: Any) -> None:
+        super().__init__(conflict_retries=conflict_retries, **kwargs)
+        self.mode = mode
+        self.num_tasks = num_tasks
+        if "{{" not in str(mode):
+            check_mode(mode)
+
+    def check(self) -> None:
+        check_mode(self.mode)
+
+    def details(self) -> dict[str, Any]:
+        return {"mode": self.mode}
+
+
 def check_mode(mode: str) -> str:
     """``mode`` if it is ``local`` or ``spark``; ValueError otherwise."""
     if mode not in DML_MODES:

@@ -6,14 +6,14 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import airflow_lance.core as lance
-from airflow_lance.operators._dml import LanceDmlOperator, Planned, check_mode, union_of_parts
+from airflow_lance.operators._dml import LanceDmlOperator, LanceLocalOrSparkOperator, Planned, union_of_parts
 from airflow_lance.operators._dml_spark import run_fragment_job
 
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context
 
 
-class LanceDeleteOperator(LanceDmlOperator):
+class LanceDeleteOperator(LanceLocalOrSparkOperator):
     """Pylance's ``ds.delete(predicate)`` as one idempotent ``Delete`` commit.
 
     Deletion vectors mark the matching rows (a fragment whose every row goes is dropped), as in
@@ -43,25 +43,17 @@ class LanceDeleteOperator(LanceDmlOperator):
     count_names = ("num_deleted_rows",)
     what = "delete"
 
-    def __init__(self, *, uri: str, predicate: str, mode: str = "local", num_tasks: int | None = None,
-                 conflict_retries: int = 10, **kwargs: Any) -> None:
-        super().__init__(uri=uri, conflict_retries=conflict_retries, **kwargs)
+    def __init__(self, *, uri: str, predicate: str, **kwargs: Any) -> None:
+        super().__init__(uri=uri, **kwargs)
         self.predicate = predicate
-        self.mode = mode
-        self.num_tasks = num_tasks
-        if "{{" not in str(mode):
-            check_mode(mode)
 
     def check(self) -> None:
-        check_mode(self.mode)
+        super().check()
         if not isinstance(self.predicate, str) or not self.predicate.strip():
             raise lance.InvalidInputError(f"predicate must be a SQL string, not {self.predicate!r}")
 
     def describe(self) -> str:
         return f"where {self.predicate} ({self.mode})"
-
-    def details(self) -> dict[str, Any]:
-        return {"mode": self.mode}
 
     def plan(self, ds: lance.LanceDataset, key: str, context: Context) -> Planned:
         if self.mode == "local" or not ds.get_fragments():

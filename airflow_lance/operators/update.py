@@ -6,14 +6,14 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import airflow_lance.core as lance
-from airflow_lance.operators._dml import LanceDmlOperator, Planned, check_mode, union_of_parts
+from airflow_lance.operators._dml import LanceDmlOperator, LanceLocalOrSparkOperator, Planned, union_of_parts
 from airflow_lance.operators._dml_spark import run_fragment_job
 
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context
 
 
-class LanceUpdateOperator(LanceDmlOperator):
+class LanceUpdateOperator(LanceLocalOrSparkOperator):
     """Pylance's ``ds.update(updates, where)`` as one idempotent ``Update`` commit.
 
     The matching rows are rewritten into new fragments with the new values (on datasets with
@@ -50,18 +50,13 @@ class LanceUpdateOperator(LanceDmlOperator):
     count_names = ("num_rows_updated",)
     what = "update"
 
-    def __init__(self, *, uri: str, updates: Mapping[str, str], where: str | None = None, mode: str = "local",
-                 num_tasks: int | None = None, conflict_retries: int = 10, **kwargs: Any) -> None:
-        super().__init__(uri=uri, conflict_retries=conflict_retries, **kwargs)
+    def __init__(self, *, uri: str, updates: Mapping[str, str], where: str | None = None, **kwargs: Any) -> None:
+        super().__init__(uri=uri, **kwargs)
         self.updates = dict(updates) if isinstance(updates, Mapping) else updates
         self.where = where
-        self.mode = mode
-        self.num_tasks = num_tasks
-        if "{{" not in str(mode):
-            check_mode(mode)
 
     def check(self) -> None:
-        check_mode(self.mode)
+        super().check()
         if not isinstance(self.updates, Mapping) or not self.updates:
             raise lance.InvalidInputError(f"updates must be a non-empty dict of column name to SQL expression, "
                                           f"not {self.updates!r}")
@@ -69,9 +64,6 @@ class LanceUpdateOperator(LanceDmlOperator):
     def describe(self) -> str:
         where = f" where {self.where}" if self.where else " (all rows)"
         return f"set {', '.join(self.updates)}{where} ({self.mode})"
-
-    def details(self) -> dict[str, Any]:
-        return {"mode": self.mode}
 
     def plan(self, ds: lance.LanceDataset, key: str, context: Context) -> Planned:
         if self.mode == "local" or not ds.get_fragments():
