@@ -211,19 +211,28 @@ def _join(spark: SparkSession, spec: MergeInsertJobSpec, source: DataFrame,
     return joined.withColumn(KIND, kind.cast("byte"))
 
 
-def _check_ambiguity(classified: DataFrame, spec: MergeInsertJobSpec) -> None:
+def count_and_check(classified: DataFrame, spec: MergeInsertJobSpec) -> dict[int, int]:
+    """Rows of each fate, and (when matched rows are updated) the ambiguity check, in one Spark job:
+    a target row matched by two source rows raises AmbiguousMergeInsertError (pylance's message),
+    whatever the condition says."""
     from pyspark.sql import functions as F
 
-    matched = classified.where(F.col(SOURCE).isNotNull() & F.col(ROW_ADDRESS).isNotNull())
-    repeated = (matched.groupBy(ROW_ADDRESS)
-                .agg(F.count(F.lit(1)).alias("n"), *[F.first(TARGET + k).alias(k) for k in spec.on])
-                .where(F.col("n") > 1).limit(1).collect())
-    if repeated:
-        row = {k: repeated[0][k] for k in spec.on}
+    matched = F.col(SOURCE).isNotNull() & F.col(ROW_ADDRESS).isNotNull()
+    fates = (UPDATED, INSERTED, DELETED)
+    per_row = classified.groupBy(ROW_ADDRESS, matched.alias("matched")).agg(
+        F.count(F.lit(1)).alias("n"), *[F.sum((F.col(KIND) == fate).cast("long")).alias(f"k{fate}") for fate in fates])
+    repeats = F.when(F.col("matched"), F.col("n"))
+    totals = per_row.agg(*[F.sum(f"k{fate}").alias(f"k{fate}") for fate in fates], F.max(repeats).alias("most"),
+                         F.max_by(ROW_ADDRESS, repeats).alias("address")).collect()[0]
+    if spec.when_matched_update_all and totals["most"] is not None and totals["most"] > 1:
+        keys = classified.where(matched & (F.col(ROW_ADDRESS) == totals["address"])).select(
+            *[F.col(TARGET + k).alias(k) for k in spec.on]).first()
+        row = {k: keys[k] for k in spec.on}
         raise AmbiguousMergeInsertError(
             "Ambiguous merge inserts are prohibited: multiple source rows match the same target row on "
             f"{row}. Please ensure each target row is matched by at most one source row."
         )
+    return {fate: int(totals[f"k{fate}"] or 0) for fate in fates}
 
 
 def run_merge_insert(spark: SparkSession, spec: MergeInsertJobSpec) -> MergeInsertJobResult:
@@ -257,9 +266,7 @@ def run_merge_insert(spark: SparkSession, spec: MergeInsertJobSpec) -> MergeInse
             condition=spec.matched_condition, by_source_expr=spec.by_source_expr), classified.schema)
     classified = classified.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        if spec.when_matched_update_all:
-            _check_ambiguity(classified, spec)
-        counts = {int(row[KIND]): int(row["count"]) for row in classified.groupBy(KIND).count().collect()}
+        counts = count_and_check(classified, spec)
         new_fragments = _write_rows(spark, spec, classified, ds, source_columns, target_columns,
                                     counts.get(UPDATED, 0) + counts.get(INSERTED, 0))
         updated, removed = _write_deletions(spark, spec, classified, ds)
