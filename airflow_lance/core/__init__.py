@@ -55,6 +55,8 @@ from airflow_lance.core.optimize import (
     compact_files,
 )
 from airflow_lance.core.merge_insert import MergeInsertBuilder
+from airflow_lance.core.delete import delete_uncommitted
+from airflow_lance.core.update import update_uncommitted
 from airflow_lance.core.schema import LanceSchema
 from airflow_lance.core.storage.factory import ensure_committable
 from airflow_lance.core.tags import Tags
@@ -126,5 +128,7 @@ __all__ = [
     "verify_kartothek_import",
     "write_dataset",
     "write_fragments",
+    "delete_uncommitted",
+    "update_uncommitted",
     "write_kartothek_partitions",
 ]

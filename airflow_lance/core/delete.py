@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -14,7 +15,10 @@ from airflow_lance.core.fragment import FragmentMetadata
 from airflow_lance.core.scan import apply_filter, read_fragment
 from airflow_lance.core.schema import LanceSchema
 from airflow_lance.core.storage import ObjectStore
-from airflow_lance.core.transaction import LanceOperation
+from airflow_lance.core.transaction import LanceOperation, Transaction
+
+if TYPE_CHECKING:
+    from airflow_lance.core.dataset import LanceDataset
 
 
 _OFFSET_COLUMN = "__airflow_lance_row_offset"
@@ -72,3 +76,16 @@ def plan_delete(
         updated.append(dataclasses.replace(fragment, deletion_file=deletion))
     text = predicate if isinstance(predicate, str) else str(predicate)
     return LanceOperation.Delete(updated, removed, text), total
+
+
+def delete_uncommitted(
+    dataset: LanceDataset, predicate: str | pc.Expression, *, fragment_ids: Iterable[int] | None = None
+) -> tuple[Transaction, int]:
+    """``dataset.delete(predicate)`` without the commit: write the deletion vectors, return (the
+    Transaction on the handle's version, rows deleted). With ``fragment_ids``, only those
+    fragments (``[]`` only validates the predicate)."""
+    from airflow_lance.core.update import _chosen_fragments
+
+    fragments = _chosen_fragments(dataset, fragment_ids)
+    operation, count = plan_delete(dataset.store, fragments, dataset.lance_schema, predicate, dataset.version)
+    return Transaction(read_version=dataset.version, operation=operation), count

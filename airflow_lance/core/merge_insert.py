@@ -209,7 +209,7 @@ def _target_matched_rows(
     return pa.concat_tables(parts) if parts else schema.to_arrow().empty_table()
 
 
-def _condition_mask(condition: str, source_rows: pa.Table, target_rows: pa.Table) -> np.ndarray:
+def condition_mask(condition: str, source_rows: pa.Table, target_rows: pa.Table) -> np.ndarray:
     from airflow_lance.core.filter import to_expression
 
     both = pa.table({
@@ -303,7 +303,7 @@ def plan_merge_insert(
                            else pa.table({"_": pa.nulls(matched.num_rows)}).drop_columns(["_"]))
             new_values = source.take(pa.array(source_rows))
             if plan.condition is not None:
-                mask = pa.array(_condition_mask(plan.condition, new_values, target_rows))
+                mask = pa.array(condition_mask(plan.condition, new_values, target_rows))
                 chosen, target_rows, new_values = matched.filter(mask), target_rows.filter(mask), new_values.filter(mask)
             updated_rows = _full_rows(pa.table(
                 {f.name: (new_values.column(f.name) if f.name in new_values.column_names else target_rows.column(f.name))

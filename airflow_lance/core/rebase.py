@@ -41,6 +41,12 @@ def rebase_deletions(
     original = _fragments(read) if read is not None else {}
     updated: list[FragmentMetadata] = []
     removed = list(op.deleted_fragment_ids if isinstance(op, LanceOperation.Delete) else op.removed_fragment_ids)
+    for fragment_id in removed:  # we deleted every live row: any row they deleted there, we deleted too
+        now, before = current.get(fragment_id), original.get(fragment_id)
+        if now is not None and before is not None and now.deletion_file != before.deletion_file:
+            raise CommitConflictError(
+                f"fragment {fragment_id}: rows were also deleted by a concurrent transaction; retry"
+            )
     for fragment in op.updated_fragments:
         now, before = current[fragment.id], original.get(fragment.id)
         if before is None or now.deletion_file == before.deletion_file:

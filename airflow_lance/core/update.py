@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -29,8 +30,11 @@ from airflow_lance.core.fragment import FragmentMetadata
 from airflow_lance.core.scan import FragmentReader, apply_filter, read_fragment
 from airflow_lance.core.schema import LanceSchema
 from airflow_lance.core.storage import ObjectStore
-from airflow_lance.core.transaction import LanceOperation
+from airflow_lance.core.transaction import LanceOperation, Transaction
 from airflow_lance.core.write import write_data_files
+
+if TYPE_CHECKING:
+    from airflow_lance.core.dataset import LanceDataset
 
 OFFSET = "__airflow_lance_offset"
 _ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
@@ -105,8 +109,15 @@ def write_rows(
     """
     batches = (batch for table in tables for batch in table.to_batches())
     fragments = write_data_files(store, batches, schema, data_storage_version=storage_version)
+    return carry_row_ids(fragments, carried)
+
+
+def carry_row_ids(fragments: Sequence[FragmentMetadata], carried: np.ndarray | None) -> list[FragmentMetadata]:
+    """New ``fragments`` (written in order) whose first rows are moved rows: attach ``carried``
+    (a (2, n) array of row ids and created-at versions, see :func:`moved_row_ids`) to them, the
+    first n rows keeping those ids (the rest get fresh ids at commit)."""
     if carried is None or not carried.shape[1]:
-        return fragments
+        return list(fragments)
     out = []
     start = 0
     for fragment in fragments:
@@ -223,3 +234,37 @@ def plan_update(
         fields_for_preserving_frag_bitmap=modified,
     )
     return operation, total
+
+
+def update_uncommitted(
+    dataset: LanceDataset,
+    updates: Mapping[str, str],
+    where: str | pc.Expression | None = None,
+    *,
+    fragment_ids: Iterable[int] | None = None,
+) -> tuple[Transaction, int]:
+    """``dataset.update(updates, where)`` without the commit: write the new rows and deletion
+    vectors, return (the Transaction on the handle's version, rows updated). With
+    ``fragment_ids``, only those fragments are updated (a part of the dataset, e.g. one Spark
+    task's; ``[]`` only validates ``updates`` and ``where``). Commit with
+    ``LanceDataset.commit(uri, transaction.operation, transaction.read_version)``."""
+    from airflow_lance.core.write import resolve_storage_version
+
+    fragments = _chosen_fragments(dataset, fragment_ids)
+    storage_version = resolve_storage_version(None, dataset.manifest_file)
+    operation, count = plan_update(dataset.store, fragments, dataset.lance_schema, updates, where, dataset.version,
+                                   storage_version, dataset._stable_row_ids)
+    return Transaction(read_version=dataset.version, operation=operation), count
+
+
+def _chosen_fragments(dataset: LanceDataset, fragment_ids: Iterable[int] | None) -> list[FragmentMetadata]:
+    """The dataset's fragments, or those of ``fragment_ids`` (InvalidInputError for an unknown id)."""
+    fragments = dataset._fragments
+    if fragment_ids is None:
+        return list(fragments)
+    by_id = {f.id: f for f in fragments}
+    wanted = list(fragment_ids)
+    unknown = [i for i in wanted if i not in by_id]
+    if unknown:
+        raise InvalidInputError(f"fragment(s) {unknown} are not in version {dataset.version} of {dataset.uri}")
+    return [by_id[i] for i in wanted]

@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from airflow_lance.core import dataset
+from airflow_lance.spark.merge_insert import run_merge_insert
+from airflow_lance.spark.merge_insert_spec import MERGE_INSERT_KEY, MergeInsertJobSpec
 from airflow_lance.spark.spec import JobSpecError, SourceSpec, WriteJobResult, WriteJobSpec
 from airflow_lance.spark.task_spec import JOB_KEY, TaskJobSpec
 from airflow_lance.spark.tasks import run_task_job
@@ -63,18 +65,21 @@ def describe_failure(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first_line}"
 
 
-def parse_spec(text: str | bytes) -> WriteJobSpec | TaskJobSpec:
-    """A write job spec, or a task job spec when the document names its ``job``."""
+def parse_spec(text: str | bytes) -> WriteJobSpec | TaskJobSpec | MergeInsertJobSpec:
+    """A write job spec, a task job spec when the document names its ``job``, a merge-insert job
+    spec when it has ``merge_insert``."""
     try:
         data = json.loads(text)
     except ValueError as exc:
         raise JobSpecError(f"job spec is not JSON: {exc}") from None
     if isinstance(data, dict) and JOB_KEY in data:
         return TaskJobSpec.from_dict(data)
+    if isinstance(data, dict) and MERGE_INSERT_KEY in data:
+        return MergeInsertJobSpec.from_dict(data)
     return WriteJobSpec.from_json(text)
 
 
-def read_spec(argument: str) -> WriteJobSpec | TaskJobSpec:
+def read_spec(argument: str) -> WriteJobSpec | TaskJobSpec | MergeInsertJobSpec:
     """Load the spec from ``argument``: a local path, else a file distributed with ``--files``."""
     path, _ = find_spec_file(argument)
     with open(path, "rb") as handle:
@@ -217,6 +222,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"airflow-lance job: {spec.describe()}", flush=True)
             staged = run_task_job(spark, spec)
             print(f"airflow-lance job: staged {len(staged.results)} task results in "
+                  f"{time.monotonic() - start:.1f} s (not committed)", flush=True)
+            return 0
+        if isinstance(spec, MergeInsertJobSpec):
+            print(f"airflow-lance job: {spec.describe()}", flush=True)
+            merged = run_merge_insert(spark, spec)
+            print(f"airflow-lance job: staged {len(merged.new_fragments)} new fragments, "
+                  f"{len(merged.updated_fragments)} deletion vectors, {merged.counts} in "
                   f"{time.monotonic() - start:.1f} s (not committed)", flush=True)
             return 0
         print(f"airflow-lance job: {spec.mode} {spec.uri} from {spec.source.describe()}", flush=True)

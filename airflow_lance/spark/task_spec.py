@@ -13,6 +13,9 @@ Kinds:
 * ``add_columns``: each task is ``{"fragment_id": n}``; each result the fragment with its new
   data file (``FragmentMetadata`` JSON); ``info["plan"]`` the ``AddColumnsPlan`` to commit
   (:mod:`airflow_lance.spark.add_columns`).
+* ``update`` / ``delete``: each task is a list of fragment ids; ``params`` hold the read
+  version and ``updates`` + ``where`` (update) or ``predicate`` (delete); each result the
+  task's part of the ``Update`` / ``Delete`` (:mod:`airflow_lance.spark.dml_tasks`).
 * ``kartothek_import``: each task is a list of Kartothek partition labels; each result a
   ``PartitionsWritten`` (JSON). The driver plans the import again from ``params`` and
   refuses to write if the source changed since the operator planned it (the plan's
@@ -36,13 +39,16 @@ import pyarrow as pa
 
 from airflow_lance.spark.spec import JobSpecError, StagedResult, require, string_map
 
-TaskJobKind = Literal["compaction", "kartothek_import", "add_columns"]
+TaskJobKind = Literal["compaction", "kartothek_import", "add_columns", "update", "delete"]
 TASK_SPEC_VERSION = 1
 #: The key of a spec document that names a task job (write job specs do not have it).
 JOB_KEY = "job"
 #: ``params`` a Kartothek import job needs (``source_storage_options`` is a separate, secret field).
 KARTOTHEK_PARAMS = ("store_uri", "dataset_uuid", "table", "mode", "partition_columns", "max_rows_per_file",
                     "max_bytes_per_file", "idempotency_key")
+
+#: ``params`` an update / delete job needs
+DML_PARAMS = {"update": ("read_version", "updates", "where"), "delete": ("read_version", "predicate")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +79,11 @@ class TaskJobSpec:
             require(all(isinstance(t, Mapping) for t in self.tasks), "compaction tasks must be objects")
         elif self.kind == "add_columns":
             check_add_columns(self.tasks, self.params)
+        elif self.kind in DML_PARAMS:
+            missing = [name for name in DML_PARAMS[self.kind] if name not in self.params]
+            require(not missing, f"a{'n' if self.kind == 'update' else ''} {self.kind} job needs params {missing}")
+            require(all(isinstance(t, (list, tuple)) and all(isinstance(i, int) for i in t) for t in self.tasks),
+                    f"{self.kind} tasks must be lists of fragment ids")
         else:
             missing = [name for name in KARTOTHEK_PARAMS if name not in self.params]
             require(not missing, f"a Kartothek import job needs params {missing}")
@@ -144,6 +155,9 @@ class TaskJobSpec:
                    else f"function {self.params.get('function')}")
             return (f"{'backfill' if self.params.get('only_missing') else 'new columns'} by {how} for "
                     f"{len(self.tasks)} fragments of {self.uri} at version {self.params.get('read_version')}")
+        if self.kind in DML_PARAMS:
+            return (f"{self.kind} of {sum(len(t) for t in self.tasks)} fragments of {self.uri} at version "
+                    f"{self.params.get('read_version')} in {len(self.tasks)} Spark tasks")
         labels = sum(len(t) for t in self.tasks)
         return (f"Kartothek import of {self.params.get('dataset_uuid')!r} table {self.params.get('table')!r} "
                 f"({labels} partitions in {len(self.tasks)} Spark tasks) into {self.uri}")

@@ -11,6 +11,7 @@ stages them. Nothing is committed here.
   ``write_kartothek_partitions`` for their partition labels; results are
   ``PartitionsWritten`` JSON. If the driver finds the import already committed, nothing is
   written and ``info["already_imported_version"]`` says where it landed.
+* ``update`` / ``delete``: :mod:`airflow_lance.spark.dml_tasks`.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from airflow_lance.core import (
     write_kartothek_partitions,
 )
 from airflow_lance.spark.add_columns import run_add_columns
+from airflow_lance.spark.dml_tasks import run_delete, run_update
 from airflow_lance.spark.spec import JobSpecError
 from airflow_lance.spark.task_spec import TaskJobResult, TaskJobSpec
 from airflow_lance.spark.worker import bulk_write
@@ -106,6 +108,8 @@ RUNNERS: dict[str, Callable[[SparkSession, TaskJobSpec], tuple[list[Any], dict[s
     "compaction": run_compaction,
     "kartothek_import": run_kartothek_import,
     "add_columns": run_add_columns,
+    "update": run_update,
+    "delete": run_delete,
 }
 
 

@@ -28,7 +28,8 @@ def test_example_dags_import_without_errors() -> None:
     assert set(bag.dag_ids) == {"example_lance_ingest", "example_lance_asset_watcher", "example_kartothek_import",
                                  "example_lance_maintenance", "example_lance_daily_pipeline",
                                  "example_lance_incremental_embeddings",
-                                 "example_lance_add_columns"}
+                                 "example_lance_add_columns",
+                                 "example_lance_merge_insert", "example_lance_update", "example_lance_delete"}
 
 
 @dataclasses.dataclass

@@ -53,6 +53,8 @@ def plan(kind: str, uri: str) -> lance.LanceOperation.BaseOperation:
         return _delete(uri, "id < 3")
     if kind == "delete_f0_other_rows":
         return _delete(uri, "id >= 5 AND id < 7")
+    if kind == "delete_f0_whole":  # every row of fragment 0: the fragment is removed
+        return _delete(uri, "id < 10")
     if kind == "delete_f2":
         return _delete(uri, "id = 25")
     if kind == "rewrite_f0_f1":

@@ -28,6 +28,8 @@ MATRIX = [
     ("delete_f0", "delete_f2", "ok"),
     ("delete_f0", "delete_f0_other_rows", "rebase"),
     ("delete_f0", "delete_f0", "retry"),
+    ("delete_f0_whole", "delete_f0_other_rows", "retry"),  # both deleted rows 5 and 6
+    ("delete_f0_other_rows", "delete_f0_whole", "retry"),
     ("delete_f0", "overwrite", "incompatible"),
     ("delete_f0", "rewrite_f0_f1", "retry"),
     ("delete_f0", "rewrite_f2_f3", "ok"),
