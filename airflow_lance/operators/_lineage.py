@@ -184,7 +184,8 @@ def to_operator_lineage(inputs: Sequence[LineageDataset], outputs: Sequence[Line
 def with_parent_job_information(conf: Mapping[str, Any]) -> dict[str, Any]:
     """``conf`` plus the ``spark.openlineage.parent*`` properties naming the running task as the
     Spark job's parent, as the Spark provider's ``SparkSubmitOperator`` adds them: when
-    ``[openlineage] spark_inject_parent_job_info`` is true (and ``conf`` sets none of them).
+    ``[openlineage] spark_inject_parent_job_info`` is true, OpenLineage is enabled, and ``conf``
+    sets none of them.
     OpenLineage's Spark integration (its jar and listener on the Spark side) reports the Spark
     job's own reads and writes under that parent. Transport information (which may hold an API
     key) is not injected: it would reach the spark-submit command line.
@@ -192,6 +193,12 @@ def with_parent_job_information(conf: Mapping[str, Any]) -> dict[str, Any]:
     from airflow.providers.common.compat.sdk import conf as airflow_conf
 
     if not airflow_conf.getboolean("openlineage", "spark_inject_parent_job_info", fallback=False):
+        return dict(conf)
+    try:
+        from airflow.providers.openlineage.conf import is_disabled
+    except ImportError:  # the provider is not installed: no events to link the Spark job to
+        return dict(conf)
+    if is_disabled():
         return dict(conf)
     from airflow.providers.common.compat.openlineage.utils.spark import (
         inject_parent_job_information_into_spark_properties,

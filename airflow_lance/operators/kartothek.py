@@ -294,7 +294,7 @@ class KartothekToLanceOperator(LanceLineageMixin, BaseOperator):
         """Set ``summary`` as the extra of this dataset's outlet event(s); record the lineage (input: the
         Kartothek table ``<store>/<dataset uuid>/<table>``, output: the Lance dataset); return it."""
         table = f"{str(self.store_uri).rstrip('/')}/{self.dataset_uuid}/{self.table}"
-        self.record_lineage(inputs=[file_dataset(table)], outputs=[lance_dataset(
+        self.record_lineage(inputs=[file_dataset(table, self.source_storage_options)], outputs=[lance_dataset(
             summary["uri"], summary["version"], storage_options=self.hook.storage_options)])
         return emit_dataset_event(self.outlets, context["outlet_events"], summary)
 
