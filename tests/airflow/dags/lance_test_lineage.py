@@ -1,5 +1,5 @@
 """Test DAG of the operators' OpenLineage reports: a Spark write from Parquet, a Spark compaction
-of the dataset, its stats, and a Kartothek import. Paths come from LANCE_TEST_ROOT, set by the test
+of the dataset, its stats, a Kartothek import and a version sensor. Paths come from LANCE_TEST_ROOT, set by the test
 before parsing (the DAG runs in a child process, where OpenLineage is configured)."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from airflow.providers.common.compat.sdk import DAG
 from airflow_lance.operators.kartothek import KartothekToLanceOperator
 from airflow_lance.operators.maintenance import LanceCompactFilesOperator, LanceDatasetStatsOperator
 from airflow_lance.operators.spark_write import LanceSparkWriteOperator
+from airflow_lance.sensors.version import LanceVersionSensor
 
 ROOT = os.environ.get("LANCE_TEST_ROOT", "/tmp/airflow-lance-lineage-test")
 FIXTURE_STORE = str(pathlib.Path(__file__).resolve().parents[2] / "fixtures" / "kartothek" / "store")
@@ -26,4 +27,6 @@ with DAG("lance_test_lineage", schedule=None, start_date=dt.datetime(2025, 1, 1)
     stats = LanceDatasetStatsOperator(task_id="stats", uri=f"{ROOT}/ds.lance")
     kartothek = KartothekToLanceOperator(task_id="kartothek", store_uri=FIXTURE_STORE, dataset_uuid="two_keys",
                                          target=f"{ROOT}/two_keys.lance")
-    write >> compact >> stats >> kartothek
+    sense = LanceVersionSensor(task_id="sense", uri=f"{ROOT}/ds.lance", baseline_version=1, poke_interval=1,
+                               timeout=60)
+    write >> compact >> stats >> kartothek >> sense

@@ -1,5 +1,5 @@
 """OpenLineage reports of the operators: ``tests/airflow/dags/lance_test_lineage.py`` (a Spark write
-from Parquet, a Spark compaction, stats, a Kartothek import) runs through ``dag.test()`` with real
+from Parquet, a Spark compaction, stats, a Kartothek import, a version sensor) runs through ``dag.test()`` with real
 ``spark-submit`` on ``local[2]``, in a child process where OpenLineage is configured with its
 ``file`` transport (Airflow loads the OpenLineage listener when it first loads its plugins, so the
 configuration must be there from the start); its events are read back from the file.
@@ -111,7 +111,7 @@ def _versions(dataset: dict[str, Any]) -> tuple[str, int, int | None]:
 
 
 def test_the_tasks_ran_and_committed_one_version_each(run: LineageRun) -> None:
-    assert run.states == dict.fromkeys(("write", "compact", "stats", "kartothek"), "success")
+    assert run.states == dict.fromkeys(("write", "compact", "stats", "kartothek", "sense"), "success")
     ds = pylance.dataset(run.uri)
     assert ds.version == run.version_before + 2 and ds.count_rows() == 130
     assert lance.dataset(run.uri).read_transaction(run.version_before + 1).kind == "append"
@@ -146,6 +146,12 @@ def test_stats_only_read_and_the_kartothek_import_writes_its_first_version(run: 
     assert pylance.dataset(target).version == 1 and _versions(imported["outputs"][0])[:2] == ("1", 1)
 
 
+def test_the_version_sensor_reports_the_version_it_found(run: LineageRun) -> None:
+    event = run.complete("sense")
+    assert _names(event["inputs"]) == [("file", run.uri)] and event["outputs"] == []
+    assert _versions(event["inputs"][0])[:2] == (str(run.version_before + 2), run.version_before + 2)
+
+
 def test_spark_jobs_carry_the_task_as_their_openlineage_parent(run: LineageRun) -> None:
     conf = {task: dict(a.split("=", 1) for a in argv if a.startswith("spark.openlineage."))
             for argv in run.spark_calls for task in ("write", "compact") if f"airflow-lance-{task}" in argv}
@@ -165,7 +171,7 @@ def test_with_openlineage_disabled_the_operators_work_and_emit_nothing(
     calls_before = len([argv for _, argv, _ in spark_submit_spy.runs()])
     states, _ = _run(tmp_path, _openlineage_env(events_file, AIRFLOW__OPENLINEAGE__DISABLED="true",
                                                 AIRFLOW__OPENLINEAGE__SPARK_INJECT_PARENT_JOB_INFO="true"))
-    assert states == dict.fromkeys(("write", "compact", "stats", "kartothek"), "success")
+    assert states == dict.fromkeys(("write", "compact", "stats", "kartothek", "sense"), "success")
     assert pylance.dataset(str(tmp_path / "ds.lance")).version == version_before + 2
     assert not events_file.exists()
     runs = [argv for _, argv, _ in spark_submit_spy.runs()][calls_before:]
