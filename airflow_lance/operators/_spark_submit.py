@@ -25,6 +25,7 @@ from typing import Any
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.common.compat.sdk import AirflowException
 
+from airflow_lance.operators._lineage import with_parent_job_information
 from airflow_lance.operators._spark_code import build_code_zip, write_launcher
 from airflow_lance.operators._spark_process import (
     child_environment,
@@ -222,12 +223,15 @@ def spark_hook_kwargs(
     """``SparkSubmitHook`` arguments of an operator: connection, conf, application name,
     the given executor/driver ``settings`` and any further ``spark_submit_kwargs``.
 
-    ``spark_log_level`` becomes ``spark.log.level`` unless ``conf`` sets it.
+    ``spark_log_level`` becomes ``spark.log.level`` unless ``conf`` sets it. With
+    ``[openlineage] spark_inject_parent_job_info``, ``conf`` gets the OpenLineage parent job
+    properties of the running task (:func:`~airflow_lance.operators._lineage.with_parent_job_information`).
     """
     level = str(spark_log_level).upper()
     if level not in SPARK_LOG_LEVELS:
         raise ValueError(f"spark_log_level must be one of {SPARK_LOG_LEVELS}, not {spark_log_level!r}")
-    kwargs: dict[str, Any] = {"conn_id": spark_conn_id, "conf": {"spark.log.level": level, **dict(conf or {})},
+    conf = with_parent_job_information({"spark.log.level": level, **dict(conf or {})})
+    kwargs: dict[str, Any] = {"conn_id": spark_conn_id, "conf": conf,
                               "name": name, **settings}
     if spark_binary:
         kwargs["spark_binary"] = spark_binary

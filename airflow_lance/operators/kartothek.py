@@ -26,6 +26,7 @@ import airflow_lance.core as lance
 from airflow_lance.assets.lance import emit_dataset_event, with_dataset_outlet
 from airflow_lance.connection import DEFAULT_CONN_ID
 from airflow_lance.hooks.lance import LanceHook
+from airflow_lance.operators._lineage import LanceLineageMixin, file_dataset, lance_dataset
 from airflow_lance.operators._spark_submit import LanceSparkJobError, SparkJobRunner, run_task_job, spark_hook_kwargs
 from airflow_lance.operators.spark_write import default_idempotency_key
 from airflow_lance.spark.spec import MAX_BYTES_PER_FILE, MAX_ROWS_PER_FILE, staging_location
@@ -49,7 +50,7 @@ def _check_choice(name: str, value: Any, choices: Sequence[str]) -> None:
         raise ValueError(f"{name} must be one of {tuple(choices)}, not {value!r}")
 
 
-class KartothekToLanceOperator(BaseOperator):
+class KartothekToLanceOperator(LanceLineageMixin, BaseOperator):
     """Import one table of a Kartothek dataset as a Lance dataset, in one idempotent commit.
 
     :param store_uri: the Kartothek storage location holding the dataset's
@@ -290,7 +291,11 @@ class KartothekToLanceOperator(BaseOperator):
         }
 
     def _finish(self, context: Context, summary: dict[str, Any]) -> dict[str, Any]:
-        """Set ``summary`` as the extra of this dataset's outlet event(s); return it."""
+        """Set ``summary`` as the extra of this dataset's outlet event(s); record the lineage (input: the
+        Kartothek table ``<store>/<dataset uuid>/<table>``, output: the Lance dataset); return it."""
+        table = f"{str(self.store_uri).rstrip('/')}/{self.dataset_uuid}/{self.table}"
+        self.record_lineage(inputs=[file_dataset(table, self.source_storage_options)], outputs=[lance_dataset(
+            summary["uri"], summary["version"], storage_options=self.hook.storage_options)])
         return emit_dataset_event(self.outlets, context["outlet_events"], summary)
 
 

@@ -33,6 +33,7 @@ from airflow_lance.assets.lance import emit_dataset_event, with_dataset_outlet
 from airflow_lance.connection import DEFAULT_CONN_ID
 from airflow_lance.hooks.lance import LanceHook
 from airflow_lance.operators._cleanup_safety import cleanup_warning
+from airflow_lance.operators._lineage import LanceLineageMixin, lance_dataset
 from airflow_lance.operators._spark_submit import SparkJobRunner, run_task_job, spark_hook_kwargs
 from airflow_lance.operators.spark_write import default_idempotency_key
 from airflow_lance.spark.spec import staging_location
@@ -125,7 +126,7 @@ def dataset_stats(ds: lance.LanceDataset, options: lance.CompactionOptions) -> d
     }
 
 
-class _LanceMaintenanceOperator(BaseOperator):
+class _LanceMaintenanceOperator(LanceLineageMixin, BaseOperator):
     """Common parts: the hook, the uri, and asset events."""
 
     ui_color = "#e8f0fe"
@@ -144,7 +145,13 @@ class _LanceMaintenanceOperator(BaseOperator):
         return LanceHook(self.lance_conn_id)
 
     def _emit(self, context: Context, summary: dict[str, Any]) -> dict[str, Any]:
-        """Set ``summary`` as the extra of this dataset's outlet event(s); return it."""
+        """Set ``summary`` as the extra of this dataset's outlet event(s); record the lineage (input: the
+        dataset at the version read; output, for operators creating a version: at that version); return it."""
+        read = summary.get("read_version", summary["version"])
+        options = self.hook.storage_options
+        self.record_lineage(inputs=[lance_dataset(summary["uri"], read, storage_options=options)],
+                            outputs=[lance_dataset(summary["uri"], summary["version"], read, storage_options=options)]
+                            if self.creates_version else ())
         return emit_dataset_event(self.outlets, context["outlet_events"], summary)
 
 
@@ -191,6 +198,7 @@ class LanceDatasetStatsOperator(_LanceMaintenanceOperator):
             100 * stats["deleted_row_ratio"], stats["num_versions"], stats["data_bytes"],
             "needed" if stats["needs_compaction"] else "not needed", stats["compaction_tasks"],
         )
+        self.record_lineage(inputs=[lance_dataset(ds.uri, ds.version, storage_options=self.hook.storage_options)])
         return stats
 
 

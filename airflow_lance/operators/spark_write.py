@@ -29,6 +29,7 @@ import airflow_lance.core as lance
 from airflow_lance.assets.lance import emit_dataset_event, with_dataset_outlet
 from airflow_lance.connection import DEFAULT_CONN_ID
 from airflow_lance.hooks.lance import IDEMPOTENCY_LOOKBACK, LanceHook
+from airflow_lance.operators._lineage import LanceLineageMixin, lance_dataset, spark_source_datasets
 from airflow_lance.operators._log_format import human_bytes
 from airflow_lance.operators._spark_submit import (
     LanceSparkJobError,
@@ -79,7 +80,7 @@ def _summary(uri: str, mode: str, version: int, read_version: int, fragments: Se
     }
 
 
-class LanceSparkWriteOperator(BaseOperator):
+class LanceSparkWriteOperator(LanceLineageMixin, BaseOperator):
     """Write data read by Spark into a Lance dataset, as one idempotent commit.
 
     :param uri: the dataset: a URI, a local path, a ``lance+`` asset URI, or a name
@@ -511,7 +512,11 @@ class LanceSparkWriteOperator(BaseOperator):
         )
 
     def _finish(self, context: Context, summary: dict[str, Any]) -> dict[str, Any]:
-        """Set ``summary`` as the extra of this dataset's outlet event(s); return it."""
+        """Set ``summary`` as the extra of this dataset's outlet event(s); record the lineage; return it."""
+        source = SourceSpec.from_fields(path=self.source_path, format=self.source_format, options=self.source_options,
+                                        sql=self.source_sql, callable=self.source_callable)
+        self.record_lineage(inputs=spark_source_datasets(source), outputs=[lance_dataset(
+            summary["uri"], summary["version"], summary["read_version"], storage_options=self.hook.storage_options)])
         return emit_dataset_event(self.outlets, context["outlet_events"], summary)
 
     def on_kill(self) -> None:

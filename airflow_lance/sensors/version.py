@@ -29,6 +29,7 @@ from airflow.providers.common.compat.sdk import (
 
 from airflow_lance.connection import DEFAULT_CONN_ID
 from airflow_lance.hooks.lance import LanceHook
+from airflow_lance.operators._lineage import LanceLineageMixin, lance_dataset
 from airflow_lance.triggers.version import LanceVersionTrigger
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ def _as_version(value: Any) -> int:
     return version
 
 
-class LanceVersionSensor(BaseSensorOperator):
+class LanceVersionSensor(LanceLineageMixin, BaseSensorOperator):
     """Wait until a Lance dataset has a version newer than a baseline, or until a tag exists.
 
     :param uri: dataset URI, path, asset URI or name below the connection's root. (templated)
@@ -117,9 +118,16 @@ class LanceVersionSensor(BaseSensorOperator):
         return baseline
 
     def _check(self) -> dict[str, Any] | None:
-        return self.hook.check_version(
+        return self._found(self.hook.check_version(
             self.uri, baseline_version=self._baseline, data_changes_only=self.data_changes_only, tag=self.tag
-        )
+        ))
+
+    def _found(self, info: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Record the version found as the lineage input; return ``info``."""
+        if info is not None:
+            self.record_lineage(inputs=[lance_dataset(info["uri"], info["version"],
+                                                      storage_options=self.hook.storage_options)])
+        return info
 
     def execute(self, context: Context) -> Any:
         self._baseline = self._resolve_baseline(context)
@@ -159,7 +167,7 @@ class LanceVersionSensor(BaseSensorOperator):
         status = event.get("status")
         if status == "success":
             self.log.info("Found version %d of %s", event["info"]["version"], event["info"]["uri"])
-            return event["info"]
+            return self._found(event["info"])
         if status == "timeout":
             raise AirflowSensorTimeout(event.get("message", "timed out"))
         raise AirflowException(f"LanceVersionSensor failed: {event.get('message', event)}")

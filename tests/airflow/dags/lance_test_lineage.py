@@ -1,0 +1,32 @@
+"""Test DAG of the operators' OpenLineage reports: a Spark write from Parquet, a Spark compaction
+of the dataset, its stats, a Kartothek import and a version sensor. Paths come from LANCE_TEST_ROOT, set by the test
+before parsing (the DAG runs in a child process, where OpenLineage is configured)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import pathlib
+
+from airflow.providers.common.compat.sdk import DAG
+
+from airflow_lance.operators.kartothek import KartothekToLanceOperator
+from airflow_lance.operators.maintenance import LanceCompactFilesOperator, LanceDatasetStatsOperator
+from airflow_lance.operators.spark_write import LanceSparkWriteOperator
+from airflow_lance.sensors.version import LanceVersionSensor
+
+ROOT = os.environ.get("LANCE_TEST_ROOT", "/tmp/airflow-lance-lineage-test")
+FIXTURE_STORE = str(pathlib.Path(__file__).resolve().parents[2] / "fixtures" / "kartothek" / "store")
+SPARK_CONF = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"}
+
+with DAG("lance_test_lineage", schedule=None, start_date=dt.datetime(2025, 1, 1), catchup=False) as dag:
+    write = LanceSparkWriteOperator(task_id="write", uri=f"{ROOT}/ds.lance", mode="append",
+                                    source_path=f"{ROOT}/input.parquet", conf=SPARK_CONF)
+    compact = LanceCompactFilesOperator(task_id="compact", uri=f"{ROOT}/ds.lance", mode="spark", conf=SPARK_CONF,
+                                        compaction_options={"target_rows_per_fragment": 1000})
+    stats = LanceDatasetStatsOperator(task_id="stats", uri=f"{ROOT}/ds.lance")
+    kartothek = KartothekToLanceOperator(task_id="kartothek", store_uri=FIXTURE_STORE, dataset_uuid="two_keys",
+                                         target=f"{ROOT}/two_keys.lance")
+    sense = LanceVersionSensor(task_id="sense", uri=f"{ROOT}/ds.lance", baseline_version=1, poke_interval=1,
+                               timeout=60)
+    write >> compact >> stats >> kartothek >> sense
