@@ -29,6 +29,7 @@ import airflow_lance.core as lance
 from airflow_lance.assets.lance import emit_dataset_event, with_dataset_outlet
 from airflow_lance.connection import DEFAULT_CONN_ID
 from airflow_lance.hooks.lance import LanceHook
+from airflow_lance.operators._lineage import LanceLineageMixin, LineageDataset, lance_dataset
 from airflow_lance.operators._spark_submit import SparkJobRunner, spark_hook_kwargs
 from airflow_lance.operators.spark_write import LanceSparkWriteOperator, default_idempotency_key
 from airflow_lance.spark.spec import StagedResult, WriteReceipt, receipt_location
@@ -52,7 +53,7 @@ class Planned:
     staged: tuple[str, str] | None = None
 
 
-class LanceDmlOperator(BaseOperator):
+class LanceDmlOperator(LanceLineageMixin, BaseOperator):
     """Base of the operators that change rows with one idempotent ``Update`` / ``Delete`` commit."""
 
     template_fields: Sequence[str] = ("uri", "conf", "idempotency_key", "commit_message", "staging_uri")
@@ -199,7 +200,17 @@ class LanceDmlOperator(BaseOperator):
 
     _transaction_properties = staticmethod(LanceSparkWriteOperator._transaction_properties)
 
+    def lineage_sources(self) -> list[LineageDataset]:
+        """Datasets read besides the target (a merge insert's source)."""
+        return []
+
     def _finish(self, context: Context, summary: dict[str, Any]) -> dict[str, Any]:
+        options = self.hook.storage_options
+        self.record_lineage(
+            inputs=[lance_dataset(summary["uri"], summary["read_version"], storage_options=options),
+                    *self.lineage_sources()],
+            outputs=[lance_dataset(summary["uri"], summary["version"], summary["read_version"],
+                                   storage_options=options)])
         return emit_dataset_event(self.outlets, context["outlet_events"], summary)
 
     # -- Spark -------------------------------------------------------------------------------

@@ -102,9 +102,15 @@ def file_dataset(uri: str, storage_options: Mapping[str, Any] | None = None) -> 
     return LineageDataset(*dataset_name(uri, storage_options))
 
 
-def spark_source_datasets(source: SourceSpec) -> list[LineageDataset]:
-    """The datasets a Spark source names: its paths (SQL queries and callables name none here;
-    OpenLineage's Spark integration reports what they read, under this task as parent)."""
+def spark_source_datasets(source: SourceSpec | None) -> list[LineageDataset]:
+    """The datasets a Spark source names: its paths, or the Lance dataset at the pinned version
+    (SQL queries and callables name none here; OpenLineage's Spark integration reports what they
+    read, under this task as parent)."""
+    if source is None:
+        return []
+    if source.lance is not None:
+        version = source.lance.version if isinstance(source.lance.version, int) else None
+        return [lance_dataset(source.lance.uri, version, storage_options=source.lance.storage_options)]
     return [file_dataset(path) for path in source.paths]
 
 

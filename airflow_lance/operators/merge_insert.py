@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import airflow_lance.core as lance
+from airflow_lance.operators._lineage import LineageDataset, spark_source_datasets
 from airflow_lance.operators._dml import LanceDmlOperator, Planned
 from airflow_lance.operators._log_format import human_bytes
 from airflow_lance.operators._spark_submit import LanceStagedResultError
@@ -144,9 +145,7 @@ class LanceSparkMergeInsertOperator(LanceDmlOperator):
         return MergeInsertJobSpec(
             uri=ds.uri,
             read_version=ds.version,
-            source=SourceSpec.from_fields(path=self.source_path, format=self.source_format,
-                                          options=self.source_options, sql=self.source_sql,
-                                          callable=self.source_callable, lance=self._lance_source()),
+            source=self._source(),
             on=self._keys(),
             staging_root=staging_root,
             staging_name=staging_name,
@@ -163,6 +162,17 @@ class LanceSparkMergeInsertOperator(LanceDmlOperator):
 
     # the Lance source pinned to its version and checked before Spark runs, as the write operator does
     _lance_source = LanceSparkWriteOperator._lance_source
+    _lineage_source = LanceSparkWriteOperator._lineage_source
+    _pinned_source: SourceSpec | None = None
+
+    def _source(self) -> SourceSpec:
+        self._pinned_source = SourceSpec.from_fields(
+            path=self.source_path, format=self.source_format, options=self.source_options, sql=self.source_sql,
+            callable=self.source_callable, lance=self._lance_source())
+        return self._pinned_source
+
+    def lineage_sources(self) -> list[LineageDataset]:
+        return spark_source_datasets(self._lineage_source())
 
     def plan(self, ds: lance.LanceDataset, key: str, context: Context) -> Planned:
         spec = self._spec(ds, key)

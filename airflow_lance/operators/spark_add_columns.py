@@ -30,6 +30,7 @@ import airflow_lance.core as lance
 from airflow_lance.assets.lance import emit_dataset_event, with_dataset_outlet
 from airflow_lance.connection import DEFAULT_CONN_ID
 from airflow_lance.hooks.lance import LanceHook
+from airflow_lance.operators._lineage import LanceLineageMixin, lance_dataset
 from airflow_lance.operators._log_format import human_bytes
 from airflow_lance.operators._spark_submit import LanceStagedResultError, SparkJobRunner
 from airflow_lance.operators.spark_write import LanceSparkWriteOperator, default_idempotency_key
@@ -85,7 +86,7 @@ def output_schema_of(value: pa.Schema | Mapping[str, Any] | None) -> pa.Schema |
     return pa.schema([pa.field(str(name), parse_type(text)) for name, text in value.items()])
 
 
-class LanceSparkAddColumnsOperator(BaseOperator):
+class LanceSparkAddColumnsOperator(LanceLineageMixin, BaseOperator):
     """Add columns computed from existing ones to every fragment of a Lance dataset, on Spark,
     as one idempotent commit (pylance's ``add_columns``, distributed).
 
@@ -377,6 +378,11 @@ class LanceSparkAddColumnsOperator(BaseOperator):
         return self._summary(ds.uri, "merge", ds.version, read_version, fragments, added)
 
     def _finish(self, context: Context, summary: dict[str, Any]) -> dict[str, Any]:
+        options = self.hook.storage_options
+        self.record_lineage(
+            inputs=[lance_dataset(summary["uri"], summary["read_version"], storage_options=options)],
+            outputs=[lance_dataset(summary["uri"], summary["version"], summary["read_version"],
+                                   storage_options=options)])
         return emit_dataset_event(self.outlets, context["outlet_events"], summary)
 
     def on_kill(self) -> None:

@@ -265,6 +265,7 @@ class LanceSparkWriteOperator(LanceLineageMixin, BaseOperator):
         self.cast, self.rewrite_on_retry = dict(cast or {}), rewrite_on_retry
         self.spark_log_level = spark_log_level
         self._spark_job: SparkJobRunner | None = None
+        self._pinned_source: SourceSpec | None = None
         if "{{" not in str(mode):
             self._check_mode(mode)
         sources = [s for s in (source_path, source_sql, source_callable, source_lance_uri) if s not in (None, "", [], ())]
@@ -398,7 +399,18 @@ class LanceSparkWriteOperator(LanceLineageMixin, BaseOperator):
         )
         if job_mode == "append" and existing is not None:  # named columns and types checked before Spark runs
             check_against_dataset(existing.schema, spec.fixed_size_lists, spec.cast)
+        self._pinned_source = spec.source
         return spec
+
+    def _lineage_source(self) -> SourceSpec | None:
+        """The source as the job read it (the Lance source at its pinned version), for lineage."""
+        if self._pinned_source is not None:
+            return self._pinned_source
+        if self.source_lance_uri not in (None, ""):  # an earlier try committed: the version it read is not known
+            return SourceSpec("lance", lance=LanceSourceSpec(uri=LanceHook(
+                self.source_lance_conn_id or self.lance_conn_id).resolve_uri(self.source_lance_uri)))
+        return SourceSpec.from_fields(path=self.source_path, format=self.source_format, options=self.source_options,
+                                      sql=self.source_sql, callable=self.source_callable)
 
     def _lance_source(self) -> LanceSourceSpec | None:
         """The Lance source with its version pinned, checked (version, tag, columns, filter)
@@ -513,9 +525,7 @@ class LanceSparkWriteOperator(LanceLineageMixin, BaseOperator):
 
     def _finish(self, context: Context, summary: dict[str, Any]) -> dict[str, Any]:
         """Set ``summary`` as the extra of this dataset's outlet event(s); record the lineage; return it."""
-        source = SourceSpec.from_fields(path=self.source_path, format=self.source_format, options=self.source_options,
-                                        sql=self.source_sql, callable=self.source_callable)
-        self.record_lineage(inputs=spark_source_datasets(source), outputs=[lance_dataset(
+        self.record_lineage(inputs=spark_source_datasets(self._lineage_source()), outputs=[lance_dataset(
             summary["uri"], summary["version"], summary["read_version"], storage_options=self.hook.storage_options)])
         return emit_dataset_event(self.outlets, context["outlet_events"], summary)
 

@@ -1,5 +1,6 @@
 """Test DAG of the operators' OpenLineage reports: a Spark write from Parquet, a Spark compaction
-of the dataset, its stats, a Kartothek import and a version sensor. Paths come from LANCE_TEST_ROOT, set by the test
+of the dataset, its stats, a Kartothek import, a version sensor, a local update and a Spark copy of
+the dataset (a Lance source). Paths come from LANCE_TEST_ROOT, set by the test
 before parsing (the DAG runs in a child process, where OpenLineage is configured)."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from airflow.providers.common.compat.sdk import DAG
 from airflow_lance.operators.kartothek import KartothekToLanceOperator
 from airflow_lance.operators.maintenance import LanceCompactFilesOperator, LanceDatasetStatsOperator
 from airflow_lance.operators.spark_write import LanceSparkWriteOperator
+from airflow_lance.operators.update import LanceUpdateOperator
 from airflow_lance.sensors.version import LanceVersionSensor
 
 ROOT = os.environ.get("LANCE_TEST_ROOT", "/tmp/airflow-lance-lineage-test")
@@ -29,4 +31,7 @@ with DAG("lance_test_lineage", schedule=None, start_date=dt.datetime(2025, 1, 1)
                                          target=f"{ROOT}/two_keys.lance")
     sense = LanceVersionSensor(task_id="sense", uri=f"{ROOT}/ds.lance", baseline_version=1, poke_interval=1,
                                timeout=60)
-    write >> compact >> stats >> kartothek >> sense
+    update = LanceUpdateOperator(task_id="update", uri=f"{ROOT}/ds.lance", updates={"name": "'x'"}, where="id < 10")
+    copy = LanceSparkWriteOperator(task_id="copy", uri=f"{ROOT}/copy.lance", mode="create",
+                                   source_lance_uri=f"{ROOT}/ds.lance", conf=SPARK_CONF)
+    write >> compact >> stats >> kartothek >> sense >> update >> copy

@@ -111,9 +111,11 @@ def _versions(dataset: dict[str, Any]) -> tuple[str, int, int | None]:
 
 
 def test_the_tasks_ran_and_committed_one_version_each(run: LineageRun) -> None:
-    assert run.states == dict.fromkeys(("write", "compact", "stats", "kartothek", "sense"), "success")
+    assert run.states == dict.fromkeys(("write", "compact", "stats", "kartothek", "sense", "update", "copy"),
+                                       "success")
     ds = pylance.dataset(run.uri)
-    assert ds.version == run.version_before + 2 and ds.count_rows() == 130
+    assert ds.version == run.version_before + 3 and ds.count_rows() == 130
+    assert pylance.dataset(str(run.root / "copy.lance")).to_table().sort_by("id") == ds.to_table().sort_by("id")
     assert lance.dataset(run.uri).read_transaction(run.version_before + 1).kind == "append"
     assert lance.dataset(run.uri).read_transaction(run.version_before + 2).kind == "rewrite"
 
@@ -146,6 +148,19 @@ def test_stats_only_read_and_the_kartothek_import_writes_its_first_version(run: 
     assert pylance.dataset(target).version == 1 and _versions(imported["outputs"][0])[:2] == ("1", 1)
 
 
+def test_the_update_reads_and_writes_the_dataset_and_the_copy_reads_its_lance_source(run: LineageRun) -> None:
+    event = run.complete("update")
+    read, written = run.version_before + 2, run.version_before + 3
+    assert _names(event["inputs"]) == _names(event["outputs"]) == [("file", run.uri)]
+    assert _versions(event["inputs"][0])[:2] == (str(read), read)
+    assert _versions(event["outputs"][0]) == (str(written), written, read)
+    copy = run.complete("copy")
+    assert _names(copy["inputs"]) == [("file", run.uri)]
+    assert _versions(copy["inputs"][0])[:2] == (str(written), written)
+    assert _names(copy["outputs"]) == [("file", str(run.root / "copy.lance"))]
+    assert _versions(copy["outputs"][0])[:2] == ("1", 1)
+
+
 def test_the_version_sensor_reports_the_version_it_found(run: LineageRun) -> None:
     event = run.complete("sense")
     assert _names(event["inputs"]) == [("file", run.uri)] and event["outputs"] == []
@@ -154,8 +169,8 @@ def test_the_version_sensor_reports_the_version_it_found(run: LineageRun) -> Non
 
 def test_spark_jobs_carry_the_task_as_their_openlineage_parent(run: LineageRun) -> None:
     conf = {task: dict(a.split("=", 1) for a in argv if a.startswith("spark.openlineage."))
-            for argv in run.spark_calls for task in ("write", "compact") if f"airflow-lance-{task}" in argv}
-    assert set(conf) == {"write", "compact"} and len(run.spark_calls) == 2
+            for argv in run.spark_calls for task in ("write", "compact", "copy") if f"airflow-lance-{task}" in argv}
+    assert set(conf) == {"write", "compact", "copy"} and len(run.spark_calls) == 3
     for task, properties in conf.items():
         start = next(e for e in run.events if e["eventType"] == "START" and e["job"]["name"] == f"{DAG_ID}.{task}")
         assert properties["spark.openlineage.parentJobName"] == f"{DAG_ID}.{task}"
@@ -171,11 +186,11 @@ def test_with_openlineage_disabled_the_operators_work_and_emit_nothing(
     calls_before = len([argv for _, argv, _ in spark_submit_spy.runs()])
     states, _ = _run(tmp_path, _openlineage_env(events_file, AIRFLOW__OPENLINEAGE__DISABLED="true",
                                                 AIRFLOW__OPENLINEAGE__SPARK_INJECT_PARENT_JOB_INFO="true"))
-    assert states == dict.fromkeys(("write", "compact", "stats", "kartothek", "sense"), "success")
-    assert pylance.dataset(str(tmp_path / "ds.lance")).version == version_before + 2
+    assert states == dict.fromkeys(("write", "compact", "stats", "kartothek", "sense", "update", "copy"), "success")
+    assert pylance.dataset(str(tmp_path / "ds.lance")).version == version_before + 3
     assert not events_file.exists()
     runs = [argv for _, argv, _ in spark_submit_spy.runs()][calls_before:]
-    assert len(runs) == 2 and not any("spark.openlineage." in a for argv in runs for a in argv)
+    assert len(runs) == 3 and not any("spark.openlineage." in a for argv in runs for a in argv)
 
 
 def test_the_operator_modules_do_not_import_openlineage() -> None:
