@@ -158,23 +158,24 @@ def satisfies(version: str, specifier: str) -> bool:
 
 def check_requirements(requirements: Iterable[Mapping[str, Any]]) -> list[str]:
     """Problems of this Python with ``requirements``: ``name: not installed``, ``name 1.0 (needs
-    >=2)`` or ``name: import failed (...)``; empty when all is well."""
+    >=2)`` or ``name: import failed (...)``; empty when all is well. A package without
+    metadata that imports (shipped with ``--py-files``, say) passes, its version unknown."""
     problems = []
     for requirement in requirements:
         name, specifier = requirement["distribution"], requirement.get("specifier", "")
         try:
-            version = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            problems.append(f"{name}: not installed (needs {name}{specifier})")
-            continue
-        if specifier and not satisfies(version, specifier):
+            version: str | None = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:  # no metadata: it may still import (e.g. from --py-files)
+            version = None
+        if version is not None and specifier and not satisfies(version, specifier):
             problems.append(f"{name} {version} (needs {name}{specifier})")
             continue
         for module in requirement.get("modules", ()):
             try:
                 importlib.import_module(module)
             except Exception as exc:  # noqa: BLE001 - any import failure is the finding
-                problems.append(f"{name}: import {module} failed ({type(exc).__name__}: {exc})")
+                problems.append(f"{name}: not installed (needs {name}{specifier})" if version is None else
+                                f"{name}: import {module} failed ({type(exc).__name__}: {exc})")
                 break
     return problems
 

@@ -40,7 +40,8 @@ def pinned_requirements() -> list[str]:
 
 def base_interpreter(python: str) -> str:
     """The interpreter a virtual environment ``python`` was made from (itself if it is none)."""
-    code = "import sys, os; print(os.path.join(sys.base_exec_prefix, 'bin', os.path.basename(os.path.realpath(sys.executable))))"
+    code = ("import sys, os; "
+            "print(os.path.join(sys.base_exec_prefix, 'bin', os.path.basename(os.path.realpath(sys.executable))))")
     return subprocess.run([python, "-c", code], check=True, capture_output=True, text=True).stdout.strip()
 
 

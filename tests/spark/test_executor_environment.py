@@ -92,3 +92,13 @@ def test_pack_env_pins_what_is_installed_here() -> None:
     pins = pinned_requirements()
     assert f"numpy=={importlib.metadata.version('numpy')}" in pins
     assert {p.split("==")[0] for p in pins} == {r["distribution"] for r in environment.executor_requirements()}
+
+
+def test_a_module_without_metadata_that_imports_passes(tmp_path: pathlib.Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "plainmod.py").write_text("X = 1\n")  # importable, no distribution metadata (as from --py-files)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    plain = {"distribution": "plainmod", "specifier": ">=1", "modules": ["plainmod"]}
+    assert environment.check_requirements([plain]) == []
+    assert environment.check_requirements([{"distribution": "nomod", "specifier": ">=1", "modules": ["nomod"]}]) == [
+        "nomod: not installed (needs nomod>=1)"]
