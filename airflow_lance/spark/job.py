@@ -10,7 +10,9 @@ cluster deploy mode, where the job deletes the copies when it ends) is either
   compaction tasks or write Kartothek partitions on the executors and stage the
   :class:`~airflow_lance.spark.task_spec.TaskJobResult` (:mod:`airflow_lance.spark.tasks`).
 
-A job never commits: the operator does, once, from the staged result. Exit status 0 on
+Before either runs, the job checks on its executors that the packages the shipped code needs
+import, in the versions it needs (:func:`check_executor_environment`). A job never commits: the
+operator does, once, from the staged result. Exit status 0 on
 success, 1 with a one-line ``airflow-lance job failed: ...`` message (plus the traceback)
 otherwise. Nothing printed contains storage options. The application keeps the name
 spark-submit gives it (``--name``); ``airflow-lance`` only when it has none.
