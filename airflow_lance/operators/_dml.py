@@ -73,6 +73,7 @@ class LanceDmlOperator(LanceLineageMixin, BaseOperator):
         spark_binary: str | None = None,
         spark_submit_kwargs: Mapping[str, Any] | None = None,
         spark_log_level: str = "WARN",
+        python_env_archive: str | None = None,
         idempotency_key: str | None = None,
         staging_uri: str | None = None,
         commit_message: str | None = None,
@@ -89,6 +90,7 @@ class LanceDmlOperator(LanceLineageMixin, BaseOperator):
         self.spark_binary = spark_binary
         self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
         self.spark_log_level = spark_log_level
+        self.python_env_archive = python_env_archive
         self.idempotency_key = idempotency_key
         self.staging_uri = staging_uri
         self.commit_message = commit_message
@@ -220,6 +222,7 @@ class LanceDmlOperator(LanceLineageMixin, BaseOperator):
             spark_conn_id=self.spark_conn_id, conf=self.conf, name=f"airflow-lance-{self.task_id}",
             spark_binary=self.spark_binary, spark_submit_kwargs=self.spark_submit_kwargs,
             spark_log_level=self.spark_log_level, py_files=self.py_files,
+            python_env_archive=self.python_env_archive,
         ))
         return self._spark_job
 

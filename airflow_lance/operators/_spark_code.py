@@ -1,18 +1,21 @@
 """Shipping the Lance core to Spark: the code zip for ``--py-files`` and the job launcher.
 
 The zip holds ``airflow_lance/__init__.py``, ``airflow_lance/core`` and
-``airflow_lance/spark`` (no Airflow code), so a cluster needs only pyarrow, protobuf,
-pyroaring and fsspec installed. Zip entries come first on the job's ``sys.path``, so
+``airflow_lance/spark`` (no Airflow code) and the list of packages the executors need
+(derived from the package's metadata, :mod:`airflow_lance.spark.environment`; the job checks
+it on the executors before writing). Zip entries come first on the job's ``sys.path``, so
 the shipped code is the code that runs, even where another version is installed.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import zipfile
 
 import airflow_lance
+from airflow_lance.spark.environment import REQUIREMENTS_FILE, executor_requirements
 
 SHIPPED_PACKAGES = ("core", "spark")
 LAUNCHER_NAME = "airflow_lance_job.py"
@@ -34,6 +37,8 @@ def build_code_zip(directory: str | os.PathLike[str]) -> pathlib.Path:
             for path in sorted((root / package).rglob("*.py")):
                 if "__pycache__" not in path.parts:
                     archive.write(path, f"airflow_lance/{path.relative_to(root).as_posix()}")
+        # what the job checks on its executors before writing (airflow_lance.spark.environment)
+        archive.writestr(f"airflow_lance/spark/{REQUIREMENTS_FILE}", json.dumps(executor_requirements(), indent=1))
     return target
 
 

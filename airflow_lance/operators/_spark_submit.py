@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import tempfile
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -42,6 +43,8 @@ _JOB_FAILED = re.compile(r"airflow-lance job failed: (.+)$")
 #: spark-submit's own complaints and a JVM's uncaught exception (when the job never ran).
 _SUBMIT_ERROR = re.compile(r"^(?:Error: .+|Exception in thread .+|(?:\w+\.)+\w*(?:Exception|Error)(?:: .+)?)$")
 _TAIL_HEADER = "\nLast spark-submit output:\n"
+#: Where a ``python_env_archive`` is unpacked in the executors' (and a cluster driver's) directories.
+PYTHON_ENV_ALIAS = "env"
 
 
 class LanceSparkJobError(AirflowException):
@@ -74,6 +77,23 @@ class _SparkSubmitHook(SparkSubmitHook):
     def ship_file(self, path: str) -> None:
         """Add ``path`` to ``--files``."""
         self._files = ",".join([*([self._files] if self._files else []), path])
+
+    def use_python_env(self, archive: str, environ: Mapping[str, str]) -> None:
+        """Run the executors' Python from a packed environment: ``--archives <archive>#env`` and
+        ``spark.pyspark.python=./env/bin/python``; in client deploy mode the driver keeps this
+        machine's Python (``spark.pyspark.driver.python``: ``PYSPARK_DRIVER_PYTHON``, else the
+        worker's own interpreter), since the archive is unpacked only where Spark runs containers.
+        Settings given in ``conf`` win."""
+        if str(self._connection["master"]).startswith("local"):
+            raise LanceSparkJobError(
+                f"python_env_archive needs a cluster master, not {self._connection['master']!r}: with a local "
+                "master the executors are this machine's Python (set PYSPARK_PYTHON instead); nothing ran")
+        self._archives = ",".join([*([self._archives] if self._archives else []), f"{archive}#{PYTHON_ENV_ALIAS}"])
+        conf = dict(self._conf or {})
+        conf.setdefault("spark.pyspark.python", f"./{PYTHON_ENV_ALIAS}/bin/python")
+        if not self.cluster_deploy_mode:
+            conf.setdefault("spark.pyspark.driver.python", environ.get("PYSPARK_DRIVER_PYTHON") or sys.executable)
+        self._conf = conf
 
     def _get_spark_binary_path(self) -> list[str]:
         return [self.binary_path or self.binary_name]
@@ -129,12 +149,15 @@ class SparkJobRunner:
     """Submits airflow-lance Spark jobs with one set of ``SparkSubmitHook`` arguments.
 
     ``hook_kwargs`` are ``SparkSubmitHook`` arguments (``conn_id``, ``conf``, ``py_files``,
-    ``executor_memory``, ``env_vars``, ...); the spec, ``application_args`` and the Lance code
-    zip are added per job. :meth:`kill` cancels the running job (for an operator's ``on_kill``).
+    ``executor_memory``, ``env_vars``, ...) and ``python_env_archive`` (a packed Python
+    environment for the executors, :meth:`_SparkSubmitHook.use_python_env`); the spec,
+    ``application_args`` and the Lance code zip are added per job. :meth:`kill` cancels the
+    running job (for an operator's ``on_kill``).
     """
 
     def __init__(self, hook_kwargs: Mapping[str, Any]) -> None:
         self.hook_kwargs = {k: v for k, v in hook_kwargs.items() if v is not None}
+        self.python_env_archive: str | None = self.hook_kwargs.pop("python_env_archive", None) or None
         self._hook: _SparkSubmitHook | None = None
 
     def _hook_for(self, spec_file: str, code_zip: str) -> _SparkSubmitHook:
@@ -145,6 +168,8 @@ class SparkJobRunner:
         hook = _SparkSubmitHook(**kwargs)
         if hook.cluster_deploy_mode:  # the driver runs elsewhere: it gets the spec through Spark
             hook.ship_file(spec_file)
+        if self.python_env_archive:
+            hook.use_python_env(self.python_env_archive, self.environment())
         return hook
 
     def environment(self) -> dict[str, str]:
@@ -218,6 +243,7 @@ def spark_hook_kwargs(
     spark_binary: str | None = None,
     spark_submit_kwargs: Mapping[str, Any] | None = None,
     spark_log_level: str = "WARN",
+    python_env_archive: str | None = None,
     **settings: Any,
 ) -> dict[str, Any]:
     """``SparkSubmitHook`` arguments of an operator: connection, conf, application name,
@@ -226,6 +252,8 @@ def spark_hook_kwargs(
     ``spark_log_level`` becomes ``spark.log.level`` unless ``conf`` sets it. With
     ``[openlineage] spark_inject_parent_job_info``, ``conf`` gets the OpenLineage parent job
     properties of the running task (:func:`~airflow_lance.operators._lineage.with_parent_job_information`).
+    ``python_env_archive`` is a packed Python environment for the executors (see
+    :meth:`_SparkSubmitHook.use_python_env`).
     """
     level = str(spark_log_level).upper()
     if level not in SPARK_LOG_LEVELS:
@@ -235,6 +263,8 @@ def spark_hook_kwargs(
                               "name": name, **settings}
     if spark_binary:
         kwargs["spark_binary"] = spark_binary
+    if python_env_archive:
+        kwargs["python_env_archive"] = python_env_archive
     kwargs.update(spark_submit_kwargs or {})
     return kwargs
 

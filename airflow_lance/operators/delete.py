@@ -31,7 +31,8 @@ class LanceDeleteOperator(LanceLocalOrSparkOperator):
     :param mode: ``local`` or ``spark``. (templated)
     :param num_tasks: Spark tasks (mode ``spark``; default one per fragment).
     :param conflict_retries, idempotency_key, commit_message, staging_uri, lance_conn_id,
-        spark_conn_id, conf, py_files, spark_binary, spark_submit_kwargs, spark_log_level:
+        spark_conn_id, conf, py_files, spark_binary, spark_submit_kwargs, spark_log_level,
+        python_env_archive:
         as for :class:`~airflow_lance.operators.update.LanceUpdateOperator`.
 
     Returns ``{"uri", "version", "read_version", "num_deleted_rows", "mode"}`` and sets it as the

@@ -82,6 +82,8 @@ class KartothekToLanceOperator(LanceLineageMixin, BaseOperator):
         ``num_executors``, ``deploy_mode``, ``packages``, ...).
     :param spark_log_level: Spark's log level (``spark.log.level``, unless ``conf`` sets it):
         ``WARN`` by default, ``INFO`` or ``DEBUG`` to see Spark's progress.
+    :param python_env_archive: a packed Python environment for the executors, as
+        ``LanceSparkWriteOperator``'s (README: Running on a cluster).
 
     Returns ``{"uri", "dataset_uuid", "table", "mode", "version", "partitions",
     "empty_partitions", "rows", "fragments", "bytes", "already_imported", "partition_keys",
@@ -118,6 +120,7 @@ class KartothekToLanceOperator(LanceLineageMixin, BaseOperator):
         spark_binary: str | None = None,
         spark_submit_kwargs: Mapping[str, Any] | None = None,
         spark_log_level: str = "WARN",
+        python_env_archive: str | None = None,
         **kwargs: Any,
     ) -> None:
         with_dataset_outlet(target, kwargs)
@@ -140,6 +143,7 @@ class KartothekToLanceOperator(LanceLineageMixin, BaseOperator):
         self.spark_binary = spark_binary
         self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
         self.spark_log_level = spark_log_level
+        self.python_env_archive = python_env_archive
         self._spark_job: SparkJobRunner | None = None
         if num_partitions is not None and (isinstance(num_partitions, bool) or not isinstance(num_partitions, int)
                                            or num_partitions <= 0):
@@ -253,7 +257,7 @@ class KartothekToLanceOperator(LanceLineageMixin, BaseOperator):
         self._spark_job = SparkJobRunner(spark_hook_kwargs(
             spark_conn_id=self.spark_conn_id, conf=self.conf, name=f"airflow-lance-{self.task_id}",
             spark_binary=self.spark_binary, spark_submit_kwargs=self.spark_submit_kwargs,
-            spark_log_level=self.spark_log_level,
+            spark_log_level=self.spark_log_level, python_env_archive=self.python_env_archive,
         ))
         staged = run_task_job(self._spark_job, spec, f"the Spark Kartothek import job for {plan.target_uri}")
         if staged.info.get("already_imported_version") is not None:

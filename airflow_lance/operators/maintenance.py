@@ -232,6 +232,8 @@ class LanceCompactFilesOperator(_LanceMaintenanceOperator):
         ``num_executors``, ``deploy_mode``, ``packages``, ...) (mode ``spark``).
     :param spark_log_level: Spark's log level (``spark.log.level``, unless ``conf`` sets it):
         ``WARN`` by default, ``INFO`` or ``DEBUG`` to see Spark's progress.
+    :param python_env_archive: a packed Python environment for the executors, as
+        ``LanceSparkWriteOperator``'s (README: Running on a cluster).
 
     Returns ``{"uri", "version", "read_version", "mode", "fragments_before", "fragments_after",
     "fragments_removed", "fragments_added", "files_removed", "files_added", "rows", "bytes",
@@ -260,6 +262,7 @@ class LanceCompactFilesOperator(_LanceMaintenanceOperator):
         spark_binary: str | None = None,
         spark_submit_kwargs: Mapping[str, Any] | None = None,
         spark_log_level: str = "WARN",
+        python_env_archive: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(uri=uri, lance_conn_id=lance_conn_id, **kwargs)
@@ -271,6 +274,7 @@ class LanceCompactFilesOperator(_LanceMaintenanceOperator):
         self.spark_binary = spark_binary
         self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
         self.spark_log_level = spark_log_level
+        self.python_env_archive = python_env_archive
         self._spark_job: SparkJobRunner | None = None
         if "{{" not in str(mode):
             self._check_mode(mode)
@@ -344,7 +348,7 @@ class LanceCompactFilesOperator(_LanceMaintenanceOperator):
         self._spark_job = SparkJobRunner(spark_hook_kwargs(
             spark_conn_id=self.spark_conn_id, conf=self.conf, name=f"airflow-lance-{self.task_id}",
             spark_binary=self.spark_binary, spark_submit_kwargs=self.spark_submit_kwargs,
-            spark_log_level=self.spark_log_level,
+            spark_log_level=self.spark_log_level, python_env_archive=self.python_env_archive,
         ))
         staged = run_task_job(self._spark_job, spec, f"the Spark compaction job for {ds.uri}")
         if len(staged.results) != len(plan.tasks):

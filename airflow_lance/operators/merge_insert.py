@@ -59,7 +59,8 @@ class LanceSparkMergeInsertOperator(LanceDmlOperator):
     :param max_rows_per_file, max_bytes_per_file: data file sizes of the new fragments.
     :param conflict_retries: runs the job again this many times after a retryable commit conflict.
     :param idempotency_key, commit_message, staging_uri, lance_conn_id, spark_conn_id, conf,
-        py_files, spark_binary, spark_submit_kwargs, spark_log_level: as for the update operator.
+        py_files, spark_binary, spark_submit_kwargs, spark_log_level, python_env_archive: as for the update
+        operator.
 
     Returns ``{"uri", "version", "read_version", "num_inserted_rows", "num_updated_rows",
     "num_deleted_rows", "num_fragments", "bytes_written"}`` (pylance's counts) and sets it as the

@@ -117,7 +117,8 @@ class LanceSparkAddColumnsOperator(LanceLineageMixin, BaseOperator):
     Spark settings as :class:`~airflow_lance.operators.spark_write.LanceSparkWriteOperator`:
     ``lance_conn_id``, ``spark_conn_id``, ``conf``, ``py_files``, ``jars``, ``packages``,
     ``executor_cores``, ``executor_memory``, ``driver_memory``, ``num_executors``,
-    ``total_executor_cores``, ``spark_binary``, ``spark_submit_kwargs``, ``spark_log_level``.
+    ``total_executor_cores``, ``spark_binary``, ``spark_submit_kwargs``, ``spark_log_level``,
+    ``python_env_archive``.
 
     Returns ``{"uri", "operation", "version", "read_version", "columns", "num_fragments",
     "num_rows", "bytes_written"}`` (``operation`` is ``merge``, ``data_replacement`` or ``none``
@@ -159,6 +160,7 @@ class LanceSparkAddColumnsOperator(LanceLineageMixin, BaseOperator):
         spark_binary: str | None = None,
         spark_submit_kwargs: Mapping[str, Any] | None = None,
         spark_log_level: str = "WARN",
+        python_env_archive: str | None = None,
         **kwargs: Any,
     ) -> None:
         with_dataset_outlet(uri, kwargs)
@@ -187,6 +189,7 @@ class LanceSparkAddColumnsOperator(LanceLineageMixin, BaseOperator):
         self.spark_binary = spark_binary
         self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
         self.spark_log_level = spark_log_level
+        self.python_env_archive = python_env_archive
         self._spark_job: SparkJobRunner | None = None
 
     @cached_property

@@ -148,6 +148,10 @@ class LanceSparkWriteOperator(LanceLineageMixin, BaseOperator):
         proxy_user, properties_file, yarn_queue, deploy_mode, ...).
     :param spark_log_level: Spark's log level (``spark.log.level``, unless ``conf`` sets it):
         ``WARN`` by default, ``INFO`` or ``DEBUG`` to see Spark's progress.
+    :param python_env_archive: a packed Python environment for the executors (``.tar.gz``, a
+        local path or a URL Spark reads, e.g. built by ``python -m airflow_lance.spark.pack_env``):
+        shipped with ``--archives <archive>#env``, the executors run ``./env/bin/python``; in
+        client deploy mode the driver keeps this machine's Python. Cluster masters only. (templated)
 
     Returns ``{"uri", "mode", "version", "read_version", "num_rows", "num_fragments",
     "bytes_written"}``. A dataset given by a static URI or path is added to ``outlets``;
@@ -179,6 +183,7 @@ class LanceSparkWriteOperator(LanceLineageMixin, BaseOperator):
         "commit_message",
         "fixed_size_lists",
         "cast",
+        "python_env_archive",
     )
     template_ext: Sequence[str] = (".sql",)
     template_fields_renderers: ClassVar[dict[str, str]] = {
@@ -226,6 +231,7 @@ class LanceSparkWriteOperator(LanceLineageMixin, BaseOperator):
         cast: Mapping[str, str] | None = None,
         rewrite_on_retry: bool = False,
         spark_log_level: str = "WARN",
+        python_env_archive: str | None = None,
         **kwargs: Any,
     ) -> None:
         with_dataset_outlet(uri, kwargs)
@@ -264,6 +270,7 @@ class LanceSparkWriteOperator(LanceLineageMixin, BaseOperator):
         self.fixed_size_lists = dict(fixed_size_lists or {})
         self.cast, self.rewrite_on_retry = dict(cast or {}), rewrite_on_retry
         self.spark_log_level = spark_log_level
+        self.python_env_archive = python_env_archive
         self._spark_job: SparkJobRunner | None = None
         self._pinned_source: SourceSpec | None = None
         if "{{" not in str(mode):
@@ -452,6 +459,7 @@ class LanceSparkWriteOperator(LanceLineageMixin, BaseOperator):
             spark_binary=self.spark_binary,
             spark_submit_kwargs=self.spark_submit_kwargs,
             spark_log_level=self.spark_log_level,
+            python_env_archive=self.python_env_archive,
             py_files=self.py_files,
             jars=self.jars,
             packages=self.packages,

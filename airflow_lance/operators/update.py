@@ -35,6 +35,8 @@ class LanceUpdateOperator(LanceLocalOrSparkOperator):
     :param num_tasks: Spark tasks (mode ``spark``; default one per fragment).
     :param conflict_retries: plans again this many times after a retryable commit conflict.
     :param idempotency_key: override the key (default ``dag_id/run_id/task_id/map_index``). (templated)
+    :param python_env_archive: a packed Python environment for the executors (mode ``spark``), as
+        :class:`~airflow_lance.operators.spark_write.LanceSparkWriteOperator`'s.
     :param commit_message: stored as the version's commit message. (templated)
     :param staging_uri: directory of the staged Spark result and the commit receipt (default
         ``<dataset>/_airflow_staging``). (templated)

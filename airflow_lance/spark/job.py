@@ -10,7 +10,9 @@ cluster deploy mode, where the job deletes the copies when it ends) is either
   compaction tasks or write Kartothek partitions on the executors and stage the
   :class:`~airflow_lance.spark.task_spec.TaskJobResult` (:mod:`airflow_lance.spark.tasks`).
 
-A job never commits: the operator does, once, from the staged result. Exit status 0 on
+Before either runs, the job checks on its executors that the packages the shipped code needs
+import, in the versions it needs (:func:`check_executor_environment`). A job never commits: the
+operator does, once, from the staged result. Exit status 0 on
 success, 1 with a one-line ``airflow-lance job failed: ...`` message (plus the traceback)
 otherwise. Nothing printed contains storage options. The application keeps the name
 spark-submit gives it (``--name``); ``airflow-lance`` only when it has none.
@@ -35,6 +37,7 @@ import pyarrow as pa
 from airflow_lance.core import dataset
 from airflow_lance.spark.merge_insert import run_merge_insert
 from airflow_lance.spark.merge_insert_spec import MERGE_INSERT_KEY, MergeInsertJobSpec
+from airflow_lance.spark.environment import check_on_executors, executor_problems, load_requirements
 from airflow_lance.spark.spec import JobSpecError, SourceSpec, WriteJobResult, WriteJobSpec
 from airflow_lance.spark.task_spec import JOB_KEY, TaskJobSpec
 from airflow_lance.spark.tasks import run_task_job
@@ -44,6 +47,26 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 APP_NAME = "airflow-lance"
+
+
+class ExecutorEnvironmentError(JobSpecError):
+    """The executors' Python lacks a package the job needs (or has a version it cannot use)."""
+
+
+def check_executor_environment(spark: SparkSession) -> None:
+    """Before anything is written: the packages the shipped code needs import on the executors,
+    in the versions it needs (:mod:`airflow_lance.spark.environment`); else ExecutorEnvironmentError."""
+    requirements = load_requirements()
+    if not requirements:
+        return
+    reports = check_on_executors(spark, requirements)
+    pythons = sorted({f"{r['python']} on {r['host']}" for r in reports})
+    print(f"airflow-lance job: executors' Python checked: {', '.join(pythons)}", flush=True)
+    problems = executor_problems(reports)
+    if problems:
+        raise ExecutorEnvironmentError(problems)
+
+
 #: A Lance error as an executor's traceback ends with it (inside Spark's PythonException text).
 _EXECUTOR_ERROR = re.compile(r"^airflow_lance\.[\w.]+\.(\w+(?:Error|Exception)): (.+)$", re.MULTILINE)
 #: A Spark error with an error class: ``[PATH_NOT_FOUND] Path does not exist: ... SQLSTATE: 42K03``.
@@ -218,6 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             spec = parse_spec(handle.read())
         if shipped:
             os.remove(path)  # the driver's copy; the executors' go at the end
+        check_executor_environment(spark)
         if isinstance(spec, TaskJobSpec):
             print(f"airflow-lance job: {spec.describe()}", flush=True)
             staged = run_task_job(spark, spec)
