@@ -151,6 +151,8 @@ def env_run(cluster: SparkCluster, tmp_path_factory: pytest.TempPathFactory) -> 
     return EnvRun(root, dag_run, [app for app in cluster.applications() if app not in before], archive)
 
 
+@pytest.mark.slow  # make stress: builds and packs an ~80 MB environment (minutes with a cold pip cache);
+# make test keeps tests/spark/test_executor_environment.py (the same check on a Python lacking packages)
 def test_executors_lacking_packages_fail_naming_them_before_writing(env_run: EnvRun) -> None:
     import json
 
@@ -167,6 +169,8 @@ def test_executors_lacking_packages_fail_naming_them_before_writing(env_run: Env
     assert not (env_run.root / "lacking.lance").exists()  # nothing written
 
 
+@pytest.mark.slow  # make stress: builds and packs an ~80 MB environment (minutes with a cold pip cache);
+# make test keeps tests/spark/test_executor_environment.py (the same check on a Python lacking packages)
 def test_a_packed_environment_runs_the_executors_and_writes_exact_rows(env_run: EnvRun,
                                                                          cluster: SparkCluster) -> None:
     assert task_instances(env_run.dag_run)["packed_env"].state == "success"
