@@ -234,3 +234,17 @@ def test_names_follow_the_openlineage_naming_spec(uri: str) -> None:
                                                        path="/a/ds.lance"),
     }[uri]
     assert dataset_name(uri, options) == (expected.get_namespace(), expected.get_name())
+
+
+def test_merge_insert_reports_its_source_and_a_lance_source_at_its_pinned_version(tmp_path: pathlib.Path) -> None:
+    from airflow_lance.operators._lineage import spark_source_datasets
+    from airflow_lance.operators.merge_insert import LanceSparkMergeInsertOperator
+    from airflow_lance.spark.spec import LanceSourceSpec, SourceSpec
+
+    op = LanceSparkMergeInsertOperator(task_id="upsert", uri=str(tmp_path / "t.lance"), on="id",
+                                       source_path=str(tmp_path / "in.parquet"))
+    assert [(d.namespace, d.name) for d in op.lineage_sources()] == [("file", str(tmp_path / "in.parquet"))]
+    pinned = SourceSpec("lance", lance=LanceSourceSpec(uri=str(tmp_path / "src.lance"), version=7))
+    [source] = spark_source_datasets(pinned)
+    assert (source.namespace, source.name, source.version) == ("file", str(tmp_path / "src.lance"), 7)
+    assert spark_source_datasets(SourceSpec.from_fields(sql="SELECT 1")) == []
