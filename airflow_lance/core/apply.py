@@ -476,6 +476,29 @@ def _apply_update_config(
     return NextManifest(manifest, base.index_section)
 
 
+def _apply_create_index(op: LanceOperation.CreateIndex, base: ManifestFile | None, ctx: ApplyContext) -> NextManifest:
+    """pylance's CreateIndex: drop ``removed_indices`` (by uuid), add ``new_indices`` with their
+    fragment bitmaps limited to the fragments that still exist (a concurrent delete may have
+    removed some); no index left means no index section."""
+    manifest = _copy_base(base, "create an index")
+    assert base is not None
+    section = table_pb2.IndexSection()
+    if base.index_section:
+        section.ParseFromString(base.index_section)
+    removed = {index.uuid.uuid for index in op.removed_indices}
+    kept = [index for index in section.indices if index.uuid.uuid not in removed]
+    existing = pyroaring.BitMap(f.id for f in manifest.fragments)
+    for new in op.new_indices:
+        index = table_pb2.IndexMetadata()
+        index.CopyFrom(new)
+        bitmap = pyroaring.BitMap.deserialize(index.fragment_bitmap) if index.fragment_bitmap else pyroaring.BitMap()
+        if not bitmap <= existing:
+            index.fragment_bitmap = (bitmap & existing).serialize()
+        kept.append(index)
+    _finish(manifest, base.manifest, ctx)
+    return NextManifest(manifest, table_pb2.IndexSection(indices=kept).SerializeToString() if kept else None)
+
+
 _HANDLERS: dict[type, Callable[..., NextManifest]] = {
     LanceOperation.Append: _apply_append,
     LanceOperation.Overwrite: _apply_overwrite,
@@ -488,6 +511,7 @@ _HANDLERS: dict[type, Callable[..., NextManifest]] = {
     LanceOperation.Restore: _apply_restore,
     LanceOperation.ReserveFragments: _apply_reserve,
     LanceOperation.UpdateConfig: _apply_update_config,
+    LanceOperation.CreateIndex: _apply_create_index,
 }
 
 

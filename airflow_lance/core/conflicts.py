@@ -192,6 +192,34 @@ def _data_replacement(mine: Transaction, theirs: Transaction) -> Outcome:
                           "clone", "update_bases") else RETRY
 
 
+def _index_names(operation: LanceOperation.BaseOperation) -> set[str]:
+    assert isinstance(operation, LanceOperation.CreateIndex)
+    return {i.name for i in (*operation.new_indices, *operation.removed_indices)}
+
+
+def _index_fields(operation: LanceOperation.BaseOperation) -> set[int]:
+    assert isinstance(operation, LanceOperation.CreateIndex)
+    return {f for i in (*operation.new_indices, *operation.removed_indices) for f in i.fields}
+
+
+def _create_index(mine: Transaction, theirs: Transaction) -> Outcome:
+    """An index built on the read version stays right over appends and deletes (its bitmap is
+    limited to the surviving fragments at commit; deleted rows are masked at query time), and
+    next to other indices of other names. Anything that rewrites rows or the indexed columns, or
+    touches the same index names, makes us rebuild on the latest version."""
+    kind = theirs.kind
+    if kind in ("append", "delete", "reserve_fragments", "update_config"):
+        return OK
+    if kind == "create_index":
+        return RETRY if _index_names(mine.operation) & _index_names(theirs.operation) else OK
+    if kind == "update":
+        op = theirs.operation
+        assert isinstance(op, LanceOperation.Update)
+        rewrites = op.update_mode == "rewrite_columns" or op.updated_fragments
+        return RETRY if rewrites and set(op.fields_modified) & _index_fields(mine.operation) else OK
+    return RETRY  # rewrite, merge, project, data_replacement, overwrite, restore, unknown
+
+
 _RULES: dict[type, Callable[[Transaction, Transaction], Outcome]] = {
     LanceOperation.Append: _append,
     LanceOperation.Delete: _delete_or_update,
@@ -204,6 +232,7 @@ _RULES: dict[type, Callable[[Transaction, Transaction], Outcome]] = {
     LanceOperation.Restore: _restore,
     LanceOperation.ReserveFragments: _reserve,
     LanceOperation.UpdateConfig: _update_config,
+    LanceOperation.CreateIndex: _create_index,
 }
 
 

@@ -641,6 +641,32 @@ class LanceDataset:
 
         return DatasetOptimizer(self)
 
+    def list_indices(self) -> list[dict[str, Any]]:
+        """pylance 14's ``list_indices()``: one dict per index entry of this version."""
+        from airflow_lance.core.indices import list_indices
+
+        return list_indices(self)
+
+    def describe_indices(self) -> list[Any]:
+        """pylance 14's ``describe_indices()``: one ``IndexDescription`` per index name."""
+        from airflow_lance.core.indices import describe_indices
+
+        return describe_indices(self)
+
+    def create_scalar_index(
+        self, column: str, index_type: str = "BTREE", name: str | None = None, *, replace: bool = True,
+    ) -> None:
+        """Build a BTREE or BITMAP index on ``column`` (see :mod:`airflow_lance.core.indices.create`)."""
+        from airflow_lance.core.indices import create_scalar_index
+
+        create_scalar_index(self, column, index_type, name, replace=replace)
+
+    def drop_index(self, name: str) -> None:
+        """Drop every entry of the index ``name`` (one CreateIndex transaction, as pylance 14)."""
+        from airflow_lance.core.indices import drop_index
+
+        drop_index(self, name)
+
     def cleanup_old_versions(
         self,
         older_than: dt.timedelta | None = None,

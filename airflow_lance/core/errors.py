@@ -133,3 +133,18 @@ class CommitStateUnknownError(LanceError):
 class InvalidTypeError(InvalidInputError, TypeError):
     """An argument of the wrong Python type (pylance raises ``TypeError``), e.g. a
     non-string metadata value."""
+
+
+class IndexNotFoundError(LanceError, RuntimeError):
+    """No index of that name (pylance 14's ``drop_index`` raises ``RuntimeError``)."""
+
+
+class IndexExistsError(LanceError, RuntimeError):
+    """An index of that name exists and ``replace`` is False (pylance 14: ``RuntimeError``)."""
+
+
+class ColumnNotFoundError(InvalidInputError, KeyError):
+    """A column name the schema does not have (pylance's ``create_scalar_index``: ``KeyError``)."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""

@@ -206,6 +206,19 @@ class LanceOperation:
             return {f.id for group in self.groups for f in group.old_fragments}
 
     @dataclasses.dataclass
+    class CreateIndex(BaseOperation):
+        """Indices added and removed (``IndexMetadata`` messages): create, replace and drop."""
+
+        new_indices: Sequence[table_pb2.IndexMetadata] = ()
+        removed_indices: Sequence[table_pb2.IndexMetadata] = ()
+        name: ClassVar[str] = "create_index"
+
+        def write_pb(self, txn: transaction_pb2.Transaction) -> None:
+            txn.create_index.SetInParent()
+            txn.create_index.new_indices.extend(self.new_indices)
+            txn.create_index.removed_indices.extend(self.removed_indices)
+
+    @dataclasses.dataclass
     class Merge(BaseOperation):
         """Columns added: the complete new fragment list and the new schema.
 
@@ -414,6 +427,9 @@ _DECODERS: dict[str, Callable[[transaction_pb2.Transaction], LanceOperation.Base
         inserted_rows_filter=_key_filter(t.update),
     ),
     "rewrite": lambda t: _rewrite_from_pb(t.rewrite),
+    "create_index": lambda t: LanceOperation.CreateIndex(
+        list(t.create_index.new_indices), list(t.create_index.removed_indices)
+    ),
     "merge": lambda t: LanceOperation.Merge(
         _frags(t.merge.fragments), LanceSchema.from_fields(list(t.merge.schema), dict(t.merge.schema_metadata)),
         _preserves_nullability(t.merge, "merge"),

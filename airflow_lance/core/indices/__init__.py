@@ -1,0 +1,22 @@
+"""Indices: the manifest's index section, scalar index files in pylance 14's format, and the
+operations on them (one module each): ``list_indices``/``describe_indices`` (:mod:`.describe`),
+``create_scalar_index`` (:mod:`.create`, files by :mod:`.btree` and :mod:`.bitmap`),
+``drop_index`` (:mod:`.drop`)."""
+
+from airflow_lance.core.indices.create import create_scalar_index
+from airflow_lance.core.indices.describe import (
+    IndexDescription,
+    IndexSegmentDescription,
+    describe_indices,
+    list_indices,
+)
+from airflow_lance.core.indices.drop import drop_index
+
+__all__ = [
+    "IndexDescription",
+    "IndexSegmentDescription",
+    "create_scalar_index",
+    "describe_indices",
+    "drop_index",
+    "list_indices",
+]

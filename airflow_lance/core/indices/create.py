@@ -1,0 +1,120 @@
+"""``create_scalar_index``: build a BTREE or BITMAP index and commit a ``CreateIndex``.
+
+The column is read at the handle's version with row addresses (deleted rows excluded), the
+index files are written under a new ``_indices/{uuid}/``, and one transaction adds the index
+(and removes the one it replaces). On a retryable conflict the index is rebuilt on the latest
+version; the files of the lost attempt are left for ``cleanup_old_versions``.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid as uuid_lib
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import pyroaring
+
+from airflow_lance.core import feature_flags
+from airflow_lance.core._proto import table_pb2
+from airflow_lance.core.errors import (
+    ColumnNotFoundError,
+    IndexExistsError,
+    InvalidInputError,
+    InvalidTypeError,
+    UnsupportedFeatureError,
+)
+from airflow_lance.core.indices import bitmap, btree
+from airflow_lance.core.indices.files import write_index_file
+from airflow_lance.core.indices.metadata import user_indices
+from airflow_lance.core.transaction import LanceOperation
+
+if TYPE_CHECKING:
+    from airflow_lance.core.dataset import LanceDataset
+
+#: Scalar index types pylance 14 accepts; only those in BUILDERS are built here so far.
+PYLANCE_SCALAR_TYPES = ("BTREE", "BITMAP", "NGRAM", "ZONEMAP", "LABEL_LIST", "INVERTED", "FTS", "BLOOMFILTER",
+                        "RTREE", "MINHASHLSH")
+SUPPORTED_TYPES = ("BTREE", "BITMAP")
+
+
+def _check_type(column: str, dtype: pa.DataType) -> None:
+    ok = (pa.types.is_integer(dtype) or pa.types.is_floating(dtype) or pa.types.is_boolean(dtype)
+          or pa.types.is_string(dtype) or pa.types.is_large_string(dtype) or pa.types.is_binary(dtype)
+          or pa.types.is_large_binary(dtype) or pa.types.is_decimal(dtype) or pa.types.is_fixed_size_binary(dtype)
+          or pa.types.is_temporal(dtype))
+    if not ok:
+        raise InvalidTypeError(
+            f"BTREE/BITMAP index column {column} must be int, float, bool, str, large_str, binary, large_binary, "
+            f"decimal, fixed-size-binary, or temporal, not {dtype}"
+        )
+
+
+def _index_type(index_type: str) -> str:
+    if not isinstance(index_type, str):
+        raise InvalidTypeError(f"index_type must be a string, not {type(index_type).__name__}")
+    upper = index_type.upper()
+    if upper not in PYLANCE_SCALAR_TYPES:
+        raise UnsupportedFeatureError(
+            f"Only {', '.join(repr(t) for t in PYLANCE_SCALAR_TYPES)} are scalar index types; received {index_type!r}"
+        )
+    if upper not in SUPPORTED_TYPES:
+        raise UnsupportedFeatureError(f"{upper} indices are not supported yet (supported: {', '.join(SUPPORTED_TYPES)})")
+    return upper
+
+
+def _build(current: LanceDataset, column: str, field_id: int, index_type: str, name: str,
+           replace: bool) -> LanceOperation.CreateIndex:
+    existing = [i for i in user_indices(current.manifest_file) if i.name == name]
+    if existing and not replace:
+        raise IndexExistsError(f"Index name {name!r} already exists, please specify a different name or use replace=True")
+    table = current.scanner(columns=[column], with_row_address=True).to_table()
+    values = table.column(column).combine_chunks()
+    addrs = table.column("_rowaddr").to_numpy().astype(np.uint64, copy=False)
+    stable = bool(current.manifest_file.manifest.reader_feature_flags & feature_flags.STABLE_ROW_IDS)
+    if index_type == "BTREE":
+        files, type_url, version = btree.build(values, addrs), btree.TYPE_URL, btree.index_version(stable)
+    else:
+        files, type_url, version = bitmap.build(values, addrs), bitmap.TYPE_URL, bitmap.INDEX_VERSION
+    uuid = str(uuid_lib.uuid4())
+    written = [write_index_file(current.store, uuid, file_name, data, current.data_storage_version, md)
+               for file_name, (data, md) in files.items()]
+    index = table_pb2.IndexMetadata(
+        fields=[field_id], name=name, dataset_version=current.version,
+        fragment_bitmap=pyroaring.BitMap(f.id for f in current._fragments).serialize(),
+        index_version=version, created_at=int(time.time() * 1000), files=written,
+    )
+    index.uuid.uuid = uuid_lib.UUID(uuid).bytes
+    index.index_details.type_url = type_url
+    return LanceOperation.CreateIndex(new_indices=[index], removed_indices=existing)
+
+
+def create_scalar_index(
+    dataset: LanceDataset, column: str, index_type: str = "BTREE", name: str | None = None, *,
+    replace: bool = True, conflict_retries: int = 10,
+) -> None:
+    """Build a scalar index on ``column`` and commit it; the handle moves to the new version.
+
+    ``name`` defaults to ``{column}_idx``. An index of the same name is replaced when
+    ``replace`` (pylance 14's default), else IndexExistsError. Raises before writing anything:
+    ColumnNotFoundError (KeyError), InvalidTypeError (TypeError) for a column type the index
+    cannot hold, UnsupportedFeatureError (NotImplementedError) for an unknown or not yet supported
+    ``index_type``.
+    """
+    kind = _index_type(index_type)
+    if not isinstance(column, str):
+        raise InvalidTypeError(f"column must be a string, not {type(column).__name__}")
+    if column not in dataset.schema.names:
+        raise ColumnNotFoundError(f"{column} not found in schema")
+    _check_type(column, dataset.schema.field(column).type)
+    if name is not None and (not isinstance(name, str) or not name):
+        raise InvalidInputError(f"name must be a non-empty string, not {name!r}")
+    index_name = name if name is not None else f"{column}_idx"
+    field_id = next(f.id for f in dataset.lance_schema.top_level() if f.name == column)
+    if not replace and any(i.name == index_name for i in user_indices(dataset.manifest_file)):
+        raise IndexExistsError(f"Index name {index_name!r} already exists, please specify a different name or use "
+                               "replace=True")
+    dataset._commit_planned(
+        lambda current: (_build(current, column, field_id, kind, index_name, replace), None), conflict_retries
+    )

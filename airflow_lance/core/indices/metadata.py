@@ -1,0 +1,68 @@
+"""The manifest's index section as ``IndexMetadata`` messages, and what pylance derives from them.
+
+An index is a directory ``_indices/{uuid}/`` plus one ``IndexMetadata`` in the manifest's
+``IndexSection``: uuid, indexed field ids, name, the dataset version it was built on, the
+covered fragments (a portable 32-bit roaring bitmap), ``index_details`` (an ``Any`` whose type
+URL names the index type, e.g. ``/lance.table.BTreeIndexDetails`` with an empty value),
+``index_version``, ``created_at`` (ms since the epoch) and the index's files with their sizes.
+Several entries may share a name (delta indices): pylance calls them segments of one index.
+"""
+
+from __future__ import annotations
+
+import uuid as uuid_lib
+
+import pyroaring
+
+from airflow_lance.core._proto import table_pb2
+from airflow_lance.core.errors import CorruptFileError
+from airflow_lance.core.manifest import ManifestFile
+
+#: ``index_details`` type URL -> the type name pylance 14's ``list_indices`` / ``describe_indices`` show.
+TYPE_NAMES = {
+    "/lance.table.BTreeIndexDetails": "BTree",
+    "/lance.table.BitmapIndexDetails": "Bitmap",
+    "/lance.table.LabelListIndexDetails": "LabelList",
+    "/lance.table.InvertedIndexDetails": "Inverted",
+    "/lance.table.NGramIndexDetails": "NGram",
+    "/lance.table.ZoneMapIndexDetails": "ZoneMap",
+    "/lance.table.BloomFilterIndexDetails": "BloomFilter",
+    "/lance.table.VectorIndexDetails": "Vector",
+    "/lance.table.FragmentReuseIndexDetails": "FragmentReuse",
+    "/lance.table.MemWalIndexDetails": "MemWal",
+}
+
+#: System indices pylance keeps out of ``list_indices``/``describe_indices``.
+SYSTEM_INDEX_NAMES = frozenset({"__lance_frag_reuse", "__lance_mem_wal"})
+
+
+def type_name(type_url: str) -> str:
+    """pylance's name of an index type, from its details' type URL."""
+    if type_url in TYPE_NAMES:
+        return TYPE_NAMES[type_url]
+    short = type_url.rsplit(".", 1)[-1]
+    return short[: -len("IndexDetails")] if short.endswith("IndexDetails") else short
+
+
+def parse_section(manifest_file: ManifestFile) -> list[table_pb2.IndexMetadata]:
+    """Every ``IndexMetadata`` of a version (system indices included), in manifest order."""
+    if not manifest_file.index_section:
+        return []
+    section = table_pb2.IndexSection()
+    try:
+        section.ParseFromString(manifest_file.index_section)
+    except Exception as exc:  # protobuf's DecodeError and friends
+        raise CorruptFileError(manifest_file.path, f"index section does not decode: {exc}") from exc
+    return list(section.indices)
+
+
+def user_indices(manifest_file: ManifestFile) -> list[table_pb2.IndexMetadata]:
+    return [i for i in parse_section(manifest_file) if i.name not in SYSTEM_INDEX_NAMES]
+
+
+def index_uuid(index: table_pb2.IndexMetadata) -> str:
+    return str(uuid_lib.UUID(bytes=index.uuid.uuid))
+
+
+def fragment_bitmap(index: table_pb2.IndexMetadata) -> pyroaring.BitMap:
+    return pyroaring.BitMap.deserialize(index.fragment_bitmap) if index.fragment_bitmap else pyroaring.BitMap()
