@@ -9,6 +9,7 @@ from airflow_lance.core.column_files import AddColumnsPlan
 from airflow_lance.core.dataset import LanceDataset, LanceFragment, dataset, write_dataset
 from airflow_lance.core.errors import (
     AmbiguousMergeInsertError,
+    ColumnNotFoundError,
     CommitConflictError,
     CommitStateUnknownError,
     CorruptFileError,
@@ -16,6 +17,8 @@ from airflow_lance.core.errors import (
     DatasetAlreadyExistsError,
     DatasetNotFoundError,
     IncompatibleTransactionError,
+    IndexExistsError,
+    IndexNotFoundError,
     InvalidInputError,
     InvalidTypeError,
     InvalidTransformError,
@@ -70,6 +73,7 @@ __all__ = [
     "BatchUDFCheckpoint",
     "Changes",
     "CleanupStats",
+    "ColumnNotFoundError",
     "CommitConflictError",
     "CommitStateUnknownError",
     "Compaction",
@@ -87,6 +91,8 @@ __all__ = [
     "FragmentMetadata",
     "IDEMPOTENCY_KEY",
     "IncompatibleTransactionError",
+    "IndexExistsError",
+    "IndexNotFoundError",
     "InvalidInputError",
     "InvalidTypeError",
     "InvalidTransformError",

@@ -1,0 +1,257 @@
+"""Scalar indices (BTREE, BITMAP), list/describe/drop: pylance 14 is the oracle.
+
+Our indices must be listed, described and used by pylance (its plan shows a ScalarIndexQuery)
+and give exactly the rows of a full scan; their files must hold what pylance's hold; pylance's
+indices must stay right across our appends, deletes and updates; cleanup keeps the files of
+retained versions' indices only.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import glob
+import os
+import shutil
+
+import lance as pylance
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import airflow_lance.core as lance
+from airflow_lance.core.file import LanceFileReader
+
+#: pylance 14 deprecates ``list_indices`` (still there, with the result shape we reproduce).
+pytestmark = pytest.mark.filterwarnings("ignore:The 'list_indices' method is deprecated:DeprecationWarning")
+
+ROWS = 9000  # three BTREE pages of 4096 rows
+
+
+def _data(n: int = ROWS, seed: int = 0) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    k = rng.integers(0, 60, n)
+    null = rng.random(n) < 0.03
+    f = np.round(rng.normal(size=n), 1)
+    f[rng.random(n) < 0.01] = np.nan
+    days = np.datetime64("2020-01-01") + rng.integers(0, 90, n).astype("timedelta64[D]")
+    return pa.table({
+        "id": np.arange(n, dtype=np.int64),
+        "i": pa.array(k, pa.int64(), mask=null),
+        "s": pa.array([f"k{v:02d}" for v in k], pa.string(), mask=null),
+        "f": pa.array(f, pa.float64(), mask=null),
+        "d": pa.array(days, pa.date32(), mask=null),
+        "b": pa.array(k % 2 == 0, pa.bool_()),
+    })
+
+
+FILTERS = {
+    "i": ["i = 7", "i >= 10 AND i < 20", "i IN (1, 5, 40)", "i IS NULL", "i > 55"],
+    "s": ["s = 'k07'", "s >= 'k30' AND s < 'k35'", "s IN ('k01', 'k59')", "s IS NULL"],
+    "f": ["f = 0.5", "f > 1.5", "f < -1.0 OR f > 2.0", "f IN (0.1, -0.3)", "f IS NULL"],
+    "d": ["d = date '2020-01-05'", "d > date '2020-03-15'", "d IS NULL"],
+    "b": ["b = true", "b = false"],
+}
+
+
+def _same(a: pa.Table, b: pa.Table) -> bool:
+    """Equal tables, NaN equal to NaN."""
+    return a.schema.equals(b.schema) and a.to_pandas().equals(b.to_pandas())
+
+
+def _full_scan(ds: pylance.LanceDataset, flt: str) -> pa.Table:
+    return ds.scanner(filter=flt, with_row_id=True, use_scalar_index=False).to_table().sort_by("_rowid")
+
+
+def assert_pylance_uses_index(uri: str, column: str, name: str) -> None:
+    """pylance lists the index, plans every filter through it and returns the full scan's rows."""
+    ds = pylance.dataset(uri)
+    assert name in [i["name"] for i in ds.list_indices()]
+    for flt in FILTERS[column]:
+        scanner = ds.scanner(filter=flt, with_row_id=True)
+        assert "ScalarIndexQuery" in scanner.explain_plan(), (flt, scanner.explain_plan())
+        got = scanner.to_table().sort_by("_rowid")
+        expected = _full_scan(ds, flt)
+        assert expected.num_rows > 0 or flt == "i > 55"
+        assert got["_rowid"].equals(expected["_rowid"]) and _same(got, expected), flt
+
+
+def _written(uri: str, **kwargs) -> None:
+    pylance.write_dataset(_data(), uri, max_rows_per_file=4000, **kwargs)
+    ds = pylance.dataset(uri)
+    ds.delete("id % 11 = 3")  # deleted rows are not indexed
+
+
+@pytest.mark.parametrize(("column", "index_type"), [
+    ("i", "BTREE"), ("s", "BTREE"), ("f", "BTREE"), ("d", "BTREE"),
+    ("i", "BITMAP"), ("s", "BITMAP"), ("b", "BITMAP"),
+])
+def test_pylance_uses_our_index_and_returns_the_full_scan_rows(uri, column, index_type):
+    _written(uri)
+    ds = lance.dataset(uri)
+    ds.create_scalar_index(column, index_type)
+    assert ds.version == 3
+    assert_pylance_uses_index(uri, column, f"{column}_idx")
+    txn = ds.read_transaction()
+    assert isinstance(txn.operation, lance.LanceOperation.CreateIndex) and not txn.operation.removed_indices
+
+
+def _index_tables(uri: str) -> dict[str, tuple[pa.Table, dict]]:
+    out = {}
+    for path in glob.glob(os.path.join(uri, "_indices", "*", "*.lance")):
+        reader = LanceFileReader(pa.OSFile(path), path=path)
+        out[os.path.basename(path)] = (reader.read(), dict(reader.schema.metadata), reader.version)
+    return out
+
+
+@pytest.mark.parametrize("version", ["2.0", "2.2"])
+def test_our_index_files_hold_what_pylance_writes(tmp_path, version):
+    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
+    _written(ours, data_storage_version=version)
+    shutil.copytree(ours, theirs)
+    for uri, make in ((ours, lance.dataset), (theirs, pylance.dataset)):
+        make(uri).create_scalar_index("f", "BTREE")
+        make(uri).create_scalar_index("s", "BITMAP")
+    mine, pylances = _index_tables(ours), _index_tables(theirs)
+    assert sorted(mine) == sorted(pylances) == ["bitmap_page_lookup.lance", "page_data.lance", "page_lookup.lance"]
+    for name in mine:
+        (a, a_md, a_version), (b, b_md, b_version) = mine[name], pylances[name]
+        assert a.schema.equals(b.schema) and a_md == b_md and a_version == b_version, name
+        if name == "page_data.lance":  # the order of equal values is unspecified: compare per value
+            assert _same(a.select(["values"]), b.select(["values"]))
+            key = [("values", "ascending"), ("ids", "ascending")]
+            assert _same(a.sort_by(key), b.sort_by(key))
+        else:
+            assert _same(a, b), name
+    p_ours, p_theirs = pylance.dataset(ours), pylance.dataset(theirs)
+    strip = [{k: v for k, v in i.items() if k != "uuid"} for i in p_ours.list_indices()]
+    assert strip == [{k: v for k, v in i.items() if k != "uuid"} for i in p_theirs.list_indices()]
+    for a, b in zip(lance.dataset(ours).describe_indices(), p_theirs.describe_indices()):
+        assert (a.name, a.type_url, a.index_type, a.num_rows_indexed, a.fields, a.field_names, a.details) == (
+            b.name, b.type_url, b.index_type, b.num_rows_indexed, b.fields, b.field_names, b.details)
+        assert [s.index_version for s in a.segments] == [s.index_version for s in b.segments]
+
+
+def test_stable_row_ids_index_stores_row_addresses_as_pylance(tmp_path):
+    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
+    pylance.write_dataset(_data(300), ours, enable_stable_row_ids=True)
+    ds = pylance.dataset(ours)
+    ds.delete("i < 10")
+    pylance.write_dataset(_data(200, seed=1), ours, mode="append")
+    shutil.copytree(ours, theirs)
+    lance.dataset(ours).create_scalar_index("i", "BTREE")
+    pylance.dataset(theirs).create_scalar_index("i", "BTREE")
+    a, b = _index_tables(ours)["page_data.lance"][0], _index_tables(theirs)["page_data.lance"][0]
+    assert sorted(a["ids"].to_pylist()) == sorted(b["ids"].to_pylist())
+    assert max(a["ids"].to_pylist()) >> 32 == 1  # addresses of fragment 1, not its stable row ids
+    versions = [[s.index_version for s in d.describe_indices()[0].segments]
+                for d in (pylance.dataset(ours), pylance.dataset(theirs))]
+    assert versions == [[1], [1]]
+    assert_pylance_uses_index(ours, "i", "i_idx")
+
+
+def test_indices_stay_right_across_our_appends_deletes_and_updates(uri):
+    _written(uri)
+    pylance.dataset(uri).create_scalar_index("i", "BTREE")  # pylance's index
+    lance.dataset(uri).create_scalar_index("s", "BITMAP")  # ours
+    ds = lance.dataset(uri)
+    ds.insert(_data(500, seed=2).set_column(0, "id", pa.array(np.arange(ROWS, ROWS + 500))))
+    ds.delete("id < 4000")  # fragment 0 goes entirely, the others lose rows
+    ds.update({"i": "i + 1"}, where="id % 5 = 0")
+    p = pylance.dataset(uri)
+    listed = {i["name"]: i["fragment_ids"] for i in p.list_indices()}
+    assert set(listed) == {"i_idx", "s_idx"} and 0 not in listed["i_idx"] and 0 not in listed["s_idx"]
+    assert_pylance_uses_index(uri, "i", "i_idx")
+    assert_pylance_uses_index(uri, "s", "s_idx")
+    ours = lance.dataset(uri).describe_indices()
+    for a, b in zip(ours, p.describe_indices()):
+        assert (a.name, a.num_rows_indexed, a.total_size_bytes) == (b.name, b.num_rows_indexed, b.total_size_bytes)
+    assert lance.dataset(uri).list_indices() == [
+        {**i, "fragment_ids": lance.dataset(uri).list_indices()[n]["fragment_ids"]} for n, i in enumerate(p.list_indices())
+    ]
+
+
+def test_replace_and_drop_commit_what_pylance_commits(uri):
+    _written(uri)
+    ds = lance.dataset(uri)
+    ds.create_scalar_index("i", "BTREE")
+    first = ds.list_indices()[0]["uuid"]
+    ds.create_scalar_index("i", "BITMAP", name="i_idx", replace=True)
+    [index] = ds.list_indices()
+    assert index["uuid"] != first and index["type"] == "Bitmap"
+    txn = ds.read_transaction()
+    assert [str(__import__("uuid").UUID(bytes=i.uuid.uuid)) for i in txn.operation.removed_indices] == [first]
+    before = sorted(glob.glob(os.path.join(uri, "_indices", "*")))
+    with pytest.raises(lance.IndexExistsError) as raised:
+        ds.create_scalar_index("i", "BTREE", name="i_idx", replace=False)
+    assert isinstance(raised.value, RuntimeError) and "i_idx" in str(raised.value)
+    assert sorted(glob.glob(os.path.join(uri, "_indices", "*"))) == before and ds.latest_version == 4
+    ds.create_scalar_index("s", "BTREE")
+    ds.drop_index("i_idx")
+    txn = ds.read_transaction()
+    assert not txn.operation.new_indices and [i.name for i in txn.operation.removed_indices] == ["i_idx"]
+    assert txn.operation.removed_indices[0].files  # the full IndexMetadata, as pylance records it
+    assert [i["name"] for i in pylance.dataset(uri).list_indices()] == ["s_idx"]
+    ds.drop_index("s_idx")
+    assert pylance.dataset(uri).list_indices() == [] and ds.manifest_file.index_section is None
+    # pylance's own drop of an index we built, and our drop of one pylance built
+    ds.create_scalar_index("i", "BTREE")
+    pylance.dataset(uri).drop_index("i_idx")
+    pylance.dataset(uri).create_scalar_index("s", "BITMAP")
+    lance.dataset(uri).drop_index("s_idx")
+    assert pylance.dataset(uri).list_indices() == [] and lance.dataset(uri).list_indices() == []
+
+
+def test_bad_input_raises_typed_errors_before_writing(uri):
+    table = _data(50).append_column("l", pa.array([[1, 2]] * 50))
+    pylance.write_dataset(table, uri)
+    ds = lance.dataset(uri)
+    cases = [
+        (lambda: ds.create_scalar_index("nope", "BTREE"), lance.ColumnNotFoundError, KeyError),
+        (lambda: ds.create_scalar_index("l", "BTREE"), lance.InvalidTypeError, TypeError),
+        (lambda: ds.create_scalar_index("i", "FOO"), lance.UnsupportedFeatureError, NotImplementedError),
+        (lambda: ds.create_scalar_index("l", "LABEL_LIST"), lance.UnsupportedFeatureError, NotImplementedError),
+        (lambda: ds.drop_index("nope"), lance.IndexNotFoundError, RuntimeError),
+    ]
+    for call, ours, builtin in cases:
+        with pytest.raises(ours) as raised:
+            call()
+        assert isinstance(raised.value, builtin)
+    with pytest.raises(KeyError) as raised:
+        ds.create_scalar_index("nope", "BTREE")
+    assert str(raised.value) == "nope not found in schema"  # pylance's message
+    assert ds.latest_version == 1 and not os.path.exists(os.path.join(uri, "_indices"))
+
+
+def test_concurrent_writes_while_building(uri):
+    _written(uri)
+    builder = lance.dataset(uri)
+    lance.dataset(uri).delete("id < 4000")  # fragment 0 removed after the builder read
+    lance.dataset(uri).insert(_data(100))  # a new fragment the index does not cover
+    builder.create_scalar_index("i", "BTREE")
+    [index] = pylance.dataset(uri).list_indices()
+    fragments = [f.fragment_id for f in pylance.dataset(uri).get_fragments()]
+    assert sorted(index["fragment_ids"]) == fragments[:-1] and index["version"] == 2
+    assert_pylance_uses_index(uri, "i", "i_idx")
+
+
+def test_cleanup_keeps_retained_index_files_and_removes_dropped_or_replaced(uri):
+    _written(uri)
+    ds = lance.dataset(uri)
+    ds.create_scalar_index("i", "BTREE")  # v3
+    replaced = ds.list_indices()[0]["uuid"]
+    ds.create_scalar_index("s", "BITMAP")  # v4
+    dropped = [i["uuid"] for i in ds.list_indices() if i["name"] == "s_idx"][0]
+    ds.create_scalar_index("i", "BTREE", replace=True)  # v5
+    ds.drop_index("s_idx")  # v6
+    kept = ds.list_indices()[0]["uuid"]
+    tagged = lance.dataset(uri, 4)
+    ds.tags.create("keep", 4)
+    lance.cleanup_old_versions(uri, older_than=dt.timedelta(0), error_if_tagged_old_versions=False)
+    alive = set(os.listdir(os.path.join(uri, "_indices")))
+    assert {kept, replaced, dropped} == alive  # version 4 (tagged) still references both old ones
+    assert tagged.version == 4
+    ds.tags.delete("keep")
+    stats = lance.cleanup_old_versions(uri, older_than=dt.timedelta(0))
+    assert set(os.listdir(os.path.join(uri, "_indices"))) == {kept}
+    assert any(f.startswith(f"_indices/{dropped}/") for f in stats.files)
+    assert_pylance_uses_index(uri, "i", "i_idx")
