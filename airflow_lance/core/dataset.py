@@ -656,7 +656,7 @@ class LanceDataset:
     def create_scalar_index(
         self, column: str, index_type: str = "BTREE", name: str | None = None, *, replace: bool = True,
     ) -> None:
-        """Build a BTREE or BITMAP index on ``column`` (see :mod:`airflow_lance.core.indices.create`)."""
+        """Build a BTREE, BITMAP or LABEL_LIST index on ``column`` (see :mod:`airflow_lance.core.indices.create`)."""
         from airflow_lance.core.indices import create_scalar_index
 
         create_scalar_index(self, column, index_type, name, replace=replace)

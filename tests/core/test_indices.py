@@ -131,6 +131,50 @@ def test_our_index_files_hold_what_pylance_writes(tmp_path, version):
         assert [s.index_version for s in a.segments] == [s.index_version for s in b.segments]
 
 
+def _labels(n: int, seed: int = 0) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(0, 4, n)
+    flat = rng.integers(0, 30, int(sizes.sum()))
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int32)
+    items = pa.array([f"t{v}" for v in flat], pa.string(), mask=rng.random(len(flat)) < 0.02)
+    labels = pa.ListArray.from_arrays(pa.array(offsets), items, mask=pa.array(rng.random(n) < 0.05))
+    return pa.table({"id": np.arange(n, dtype=np.int64), "tags": labels,
+                     "nums": pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat, pa.int64()))})
+
+
+LABEL_FILTERS = ["array_has_any(tags, ['t1', 't7'])", "array_has_all(tags, ['t2', 't3'])",
+                 "array_contains(tags, 't5')", "array_has_any(nums, [4])", "NOT array_contains(tags, 't5')"]
+
+
+def test_label_list_index_matches_pylance_and_is_used(tmp_path):
+    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
+    pylance.write_dataset(_labels(3000), ours, max_rows_per_file=1200)
+    pylance.dataset(ours).delete("id % 13 = 0")  # deleted null lists are not recorded either
+    shutil.copytree(ours, theirs)
+    for uri, make in ((ours, lance.dataset), (theirs, pylance.dataset)):
+        make(uri).create_scalar_index("tags", "LABEL_LIST")
+        make(uri).create_scalar_index("nums", "LABEL_LIST")
+    mine, pylances = _index_tables(ours), _index_tables(theirs)
+    for uuid_dir_ours, uuid_dir_theirs in zip(*(sorted(glob.glob(os.path.join(u, "_indices", "*")), key=os.path.getmtime)
+                                                for u in (ours, theirs))):
+        a, b = (LanceFileReader(pa.OSFile(p), path=p) for p in (
+            os.path.join(uuid_dir_ours, "bitmap_page_lookup.lance"), os.path.join(uuid_dir_theirs, "bitmap_page_lookup.lance")))
+        assert a.read().equals(b.read()) and a.schema.metadata == b.schema.metadata
+        assert a.global_buffer(1) == b.global_buffer(1)  # the rows whose list is null
+    assert mine.keys() == pylances.keys()
+    described = [(d.name, d.index_type, d.num_rows_indexed, [s.index_version for s in d.segments])
+                 for d in pylance.dataset(ours).describe_indices()]
+    assert described == [(d.name, d.index_type, d.num_rows_indexed, [s.index_version for s in d.segments])
+                         for d in pylance.dataset(theirs).describe_indices()]
+    ds = pylance.dataset(ours)
+    for flt in LABEL_FILTERS:
+        scanner = ds.scanner(filter=flt, with_row_id=True)
+        assert "ScalarIndexQuery" in scanner.explain_plan(), flt
+        got = scanner.to_table().sort_by("_rowid")
+        expected = _full_scan(ds, flt)
+        assert expected.num_rows > 0 and got.equals(expected), flt
+
+
 def test_stable_row_ids_index_stores_row_addresses_as_pylance(tmp_path):
     ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
     pylance.write_dataset(_data(300), ours, enable_stable_row_ids=True)
@@ -209,7 +253,8 @@ def test_bad_input_raises_typed_errors_before_writing(uri):
         (lambda: ds.create_scalar_index("nope", "BTREE"), lance.ColumnNotFoundError, KeyError),
         (lambda: ds.create_scalar_index("l", "BTREE"), lance.InvalidTypeError, TypeError),
         (lambda: ds.create_scalar_index("i", "FOO"), lance.UnsupportedFeatureError, NotImplementedError),
-        (lambda: ds.create_scalar_index("l", "LABEL_LIST"), lance.UnsupportedFeatureError, NotImplementedError),
+        (lambda: ds.create_scalar_index("i", "LABEL_LIST"), lance.InvalidTypeError, TypeError),
+        (lambda: ds.create_scalar_index("s", "NGRAM"), lance.UnsupportedFeatureError, NotImplementedError),
         (lambda: ds.drop_index("nope"), lance.IndexNotFoundError, RuntimeError),
     ]
     for call, ours, builtin in cases:

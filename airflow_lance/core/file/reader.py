@@ -47,7 +47,7 @@ from google.protobuf.message import DecodeError
 
 from airflow_lance.core._proto import encodings_v2_1_pb2, file2_pb2, file_pb2
 from airflow_lance.core._proto.encodings_v2_0_pb2 import ArrayEncoding
-from airflow_lance.core.errors import CorruptFileError, InvalidInputError, LanceError
+from airflow_lance.core.errors import CorruptFileError, InvalidInputError, LanceError, UnsupportedFeatureError
 from airflow_lance.core.file import decode
 from airflow_lance.core.file.format import (
     FOOTER_SIZE,
@@ -179,6 +179,17 @@ class LanceFileReader:
         self.num_rows = descriptor.length
         if self.num_rows > MAX_ROWS:
             raise CorruptFileError(self.path, f"implausible row count {self.num_rows}")
+
+    def global_buffer(self, index: int) -> bytes:
+        """The bytes of global buffer ``index`` (0 is the file descriptor; Lance index files keep
+        side data in further ones)."""
+        if self._legacy is not None:
+            raise UnsupportedFeatureError(f"{self.path}: legacy files have no global buffers")
+        buffers = self._table(self._footer.gbo_table_start, self._footer.num_global_buffers)
+        if not 0 <= index < len(buffers):
+            raise InvalidInputError(f"{self.path} has {len(buffers)} global buffers, no buffer {index}")
+        position, size = buffers[index]
+        return self._read_range(position, size).to_pybytes()
 
     # ------------------------------------------------------------------ low-level I/O
 

@@ -241,6 +241,7 @@ class LanceFileWriter:
         self._finished = False
         self._failed = False
         self._columns: list = []
+        self._extra_global_buffers: list[tuple[int, int]] = []
         if version == "2.0":
             self._top = [self._build(schema, f, f.name) for f in schema.top_level()]
         else:
@@ -325,6 +326,14 @@ class LanceFileWriter:
         if self._finished:
             raise InvalidInputError(f"{operation}() after finish()")
 
+    def add_global_buffer(self, data: bytes) -> int:
+        """Write ``data`` as a global buffer now; return its index (1, 2, ...: buffer 0 is the
+        file descriptor, written at finish). Lance index files keep side data there (a
+        LABEL_LIST index's null-list rows)."""
+        self._check_usable("add_global_buffer")
+        self._extra_global_buffers.append(self._write_buffer([data]))
+        return len(self._extra_global_buffers)
+
     def finish(self) -> int:
         """Write the remaining pages, schema, metadata and footer; return the file size."""
         self._check_usable("finish")
@@ -332,7 +341,7 @@ class LanceFileWriter:
         for column in self._columns:
             column.flush(final=True)
         descriptor = file_pb2.FileDescriptor(schema=self.schema.to_proto(), length=self._num_rows)
-        global_buffers = [self._write_buffer([descriptor.SerializeToString()])]
+        global_buffers = [self._write_buffer([descriptor.SerializeToString()]), *self._extra_global_buffers]
         column_meta_start = self._position
         column_entries = []
         for column in self._columns:

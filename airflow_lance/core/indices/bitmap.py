@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyroaring
 
+from airflow_lance.core.indices.files import IndexFileData
 from airflow_lance.core.indices.sort import sort_key, sort_order
 
 LOOKUP_NAME = "bitmap_page_lookup.lance"
@@ -27,6 +28,8 @@ INDEX_VERSION = 0
 
 def serialize_row_addrs(row_addrs: np.ndarray) -> bytes:
     """Lance's ``RowAddrTreeMap::serialize_into`` of sorted row addresses."""
+    if not len(row_addrs):
+        return struct.pack("<I", 0)
     fragments = (row_addrs >> np.uint64(32)).astype(np.uint32)
     offsets = (row_addrs & np.uint64(0xFFFFFFFF)).astype(np.uint32)
     bounds = np.flatnonzero(np.diff(fragments)) + 1
@@ -40,7 +43,7 @@ def serialize_row_addrs(row_addrs: np.ndarray) -> bytes:
     return b"".join(parts)
 
 
-def build(values: pa.Array, row_addrs: np.ndarray) -> dict[str, tuple[pa.Table, dict]]:
+def build(values: pa.Array, row_addrs: np.ndarray) -> dict[str, IndexFileData]:
     """The file of a BITMAP over ``values`` at ``row_addrs``: name -> (table, schema metadata)."""
     order = sort_order(values, row_addrs)
     sorted_values = values.take(pa.array(order))
@@ -60,4 +63,5 @@ def build(values: pa.Array, row_addrs: np.ndarray) -> dict[str, tuple[pa.Table, 
         {"keys": sorted_values.take(pa.array(starts)), "bitmaps": pa.array(bitmaps, pa.binary())},
         schema=pa.schema([pa.field("keys", values.type), pa.field("bitmaps", pa.binary())]),
     )
-    return {LOOKUP_NAME: (table, {"lance:index_stats": json.dumps({"num_bitmaps": len(bitmaps)}, separators=(",", ":"))})}
+    stats = json.dumps({"num_bitmaps": len(bitmaps)}, separators=(",", ":"))
+    return {LOOKUP_NAME: IndexFileData(table, {"lance:index_stats": stats})}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from airflow_lance.core.indices.files import IndexFileData
 from airflow_lance.core.indices.sort import sort_order
 
 PAGES_NAME = "page_data.lance"
@@ -27,7 +28,7 @@ def index_version(stable_row_ids: bool) -> int:
     return 1 if stable_row_ids else 0
 
 
-def build(values: pa.Array, row_addrs: np.ndarray, batch_size: int = BATCH_SIZE) -> dict[str, tuple[pa.Table, dict]]:
+def build(values: pa.Array, row_addrs: np.ndarray, batch_size: int = BATCH_SIZE) -> dict[str, IndexFileData]:
     """The files of a BTREE over ``values`` at ``row_addrs``: name -> (table, schema metadata)."""
     order = sort_order(values, row_addrs)
     sorted_values = values.take(pa.array(order))
@@ -52,6 +53,6 @@ def build(values: pa.Array, row_addrs: np.ndarray, batch_size: int = BATCH_SIZE)
         ]),
     )
     return {
-        PAGES_NAME: (pages, {}),
-        LOOKUP_NAME: (lookup, {"range_partitioned": "false", "batch_size": str(batch_size)}),
+        PAGES_NAME: IndexFileData(pages),
+        LOOKUP_NAME: IndexFileData(lookup, {"range_partitioned": "false", "batch_size": str(batch_size)}),
     }

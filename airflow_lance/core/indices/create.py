@@ -1,4 +1,4 @@
-"""``create_scalar_index``: build a BTREE or BITMAP index and commit a ``CreateIndex``.
+"""``create_scalar_index``: build a BTREE, BITMAP or LABEL_LIST index and commit a ``CreateIndex``.
 
 The column is read at the handle's version with row addresses (deleted rows excluded), the
 index files are written under a new ``_indices/{uuid}/``, and one transaction adds the index
@@ -25,7 +25,7 @@ from airflow_lance.core.errors import (
     InvalidTypeError,
     UnsupportedFeatureError,
 )
-from airflow_lance.core.indices import bitmap, btree
+from airflow_lance.core.indices import bitmap, btree, label_list
 from airflow_lance.core.indices.files import write_index_file
 from airflow_lance.core.indices.metadata import user_indices
 from airflow_lance.core.transaction import LanceOperation
@@ -36,15 +36,23 @@ if TYPE_CHECKING:
 #: Scalar index types pylance 14 accepts; only those in BUILDERS are built here so far.
 PYLANCE_SCALAR_TYPES = ("BTREE", "BITMAP", "NGRAM", "ZONEMAP", "LABEL_LIST", "INVERTED", "FTS", "BLOOMFILTER",
                         "RTREE", "MINHASHLSH")
-SUPPORTED_TYPES = ("BTREE", "BITMAP")
+SUPPORTED_TYPES = ("BTREE", "BITMAP", "LABEL_LIST")
 
 
-def _check_type(column: str, dtype: pa.DataType) -> None:
-    ok = (pa.types.is_integer(dtype) or pa.types.is_floating(dtype) or pa.types.is_boolean(dtype)
+def _scalar_type(dtype: pa.DataType) -> bool:
+    return (pa.types.is_integer(dtype) or pa.types.is_floating(dtype) or pa.types.is_boolean(dtype)
           or pa.types.is_string(dtype) or pa.types.is_large_string(dtype) or pa.types.is_binary(dtype)
           or pa.types.is_large_binary(dtype) or pa.types.is_decimal(dtype) or pa.types.is_fixed_size_binary(dtype)
           or pa.types.is_temporal(dtype))
-    if not ok:
+
+
+def _check_type(column: str, dtype: pa.DataType, index_type: str) -> None:
+    if index_type == "LABEL_LIST":
+        if not (pa.types.is_list(dtype) or pa.types.is_large_list(dtype)) or not _scalar_type(dtype.value_type):
+            raise InvalidTypeError(f"LABEL_LIST index column {column} must be a list of int, float, bool, str, "
+                                   f"binary, decimal or temporal values, not {dtype}")
+        return
+    if not _scalar_type(dtype):
         raise InvalidTypeError(
             f"BTREE/BITMAP index column {column} must be int, float, bool, str, large_str, binary, large_binary, "
             f"decimal, fixed-size-binary, or temporal, not {dtype}"
@@ -75,11 +83,13 @@ def _build(current: LanceDataset, column: str, field_id: int, index_type: str, n
     stable = bool(current.manifest_file.manifest.reader_feature_flags & feature_flags.STABLE_ROW_IDS)
     if index_type == "BTREE":
         files, type_url, version = btree.build(values, addrs), btree.TYPE_URL, btree.index_version(stable)
-    else:
+    elif index_type == "BITMAP":
         files, type_url, version = bitmap.build(values, addrs), bitmap.TYPE_URL, bitmap.INDEX_VERSION
+    else:
+        files, type_url, version = label_list.build(values, addrs), label_list.TYPE_URL, label_list.INDEX_VERSION
     uuid = str(uuid_lib.uuid4())
-    written = [write_index_file(current.store, uuid, file_name, data, current.data_storage_version, md)
-               for file_name, (data, md) in files.items()]
+    written = [write_index_file(current.store, uuid, file_name, data, current.data_storage_version)
+               for file_name, data in files.items()]
     index = table_pb2.IndexMetadata(
         fields=[field_id], name=name, dataset_version=current.version,
         fragment_bitmap=pyroaring.BitMap(f.id for f in current._fragments).serialize(),
@@ -107,7 +117,7 @@ def create_scalar_index(
         raise InvalidTypeError(f"column must be a string, not {type(column).__name__}")
     if column not in dataset.schema.names:
         raise ColumnNotFoundError(f"{column} not found in schema")
-    _check_type(column, dataset.schema.field(column).type)
+    _check_type(column, dataset.schema.field(column).type, kind)
     if name is not None and (not isinstance(name, str) or not name):
         raise InvalidInputError(f"name must be a non-empty string, not {name!r}")
     index_name = name if name is not None else f"{column}_idx"
