@@ -300,3 +300,17 @@ def test_cleanup_keeps_retained_index_files_and_removes_dropped_or_replaced(uri)
     assert set(os.listdir(os.path.join(uri, "_indices"))) == {kept}
     assert any(f.startswith(f"_indices/{dropped}/") for f in stats.files)
     assert_pylance_uses_index(uri, "i", "i_idx")
+
+
+def test_concurrent_builds_keep_one_index_per_name(uri):
+    _written(uri)
+    a, b, c = lance.dataset(uri), lance.dataset(uri), lance.dataset(uri)
+    a.create_scalar_index("i", "BTREE")
+    c.create_scalar_index("s", "BITMAP")  # another name: commits next to it without rebuilding
+    assert c.read_transaction().read_version == 2
+    b.create_scalar_index("i", "BITMAP")  # same name: rebuilt on the latest version, replacing a's
+    txn = b.read_transaction()
+    assert txn.read_version == 4 and [i.name for i in txn.operation.removed_indices] == ["i_idx"]
+    listed = {d.name: d.index_type for d in pylance.dataset(uri).describe_indices()}
+    assert listed == {"i_idx": "Bitmap", "s_idx": "Bitmap"}
+    assert_pylance_uses_index(uri, "i", "i_idx")
