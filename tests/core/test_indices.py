@@ -314,3 +314,32 @@ def test_concurrent_builds_keep_one_index_per_name(uri):
     listed = {d.name: d.index_type for d in pylance.dataset(uri).describe_indices()}
     assert listed == {"i_idx": "Bitmap", "s_idx": "Bitmap"}
     assert_pylance_uses_index(uri, "i", "i_idx")
+
+
+def test_fast_integer_sort_equals_the_two_key_sort():
+    """The packed ``np.sort`` path (integers, dates, timestamps, floats' total-order keys) orders as
+    a pyarrow sort by (key, row address), nulls first, including values spanning all 64 bits."""
+    import pyarrow.compute as pc
+
+    from airflow_lance.core.indices import sort
+
+    rng = np.random.default_rng(1)
+    n = 5000
+    addrs = np.sort(rng.integers(0, 1 << 40, n).astype(np.uint64))
+    cases = [
+        pa.array(rng.integers(-5, 5, n), mask=rng.random(n) < 0.1),
+        pa.array(rng.integers(np.iinfo(np.int64).min, np.iinfo(np.int64).max, n, dtype=np.int64)),
+        pa.array(rng.integers(0, 2**64 - 1, n, dtype=np.uint64)),
+        pa.array(rng.integers(0, 3, n).astype(np.uint8)),
+        pa.array(np.r_[rng.normal(size=n - 4), [np.nan, -np.nan, np.inf, -0.0]], mask=rng.random(n) < 0.1),
+        pa.array(rng.integers(0, 100, n).astype(np.float32)),
+        pa.array(rng.integers(0, 1000, n).astype("datetime64[us]")),
+        pa.array(rng.integers(0, 1000, n).astype(np.int32)).cast(pa.date32()),
+        pa.array(rng.integers(-10, 10, n).astype(np.int16), mask=rng.random(n) < 0.5),
+        pa.array(np.zeros(0, np.int64)),
+    ]
+    for values in cases:
+        a = addrs[: len(values)]
+        table = pa.table({"k": sort.sort_key(values), "r": pa.array(a, pa.uint64())})
+        expected = pc.sort_indices(table, sort_keys=[("k", "ascending", "at_start"), ("r", "ascending", "at_start")])
+        assert np.array_equal(sort.sort_order(values, a), expected.to_numpy()), values.type

@@ -30,8 +30,45 @@ def sort_key(values: pa.Array) -> pa.Array:
     return key.dictionary_decode() if pa.types.is_dictionary(key.type) else key
 
 
+def _integer_order(ints: np.ndarray) -> np.ndarray:
+    """Stable ascending order of integers: one ``np.sort`` of ``(value - min) << b | position``
+    when that fits in 64 bits (about 10x faster than an argsort), else a stable argsort."""
+    n = len(ints)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    low = ints.min()
+    if ints.dtype.kind == "u":
+        offset = ints.astype(np.uint64) - np.uint64(low)
+    else:  # wrapping two's complement difference: exact, as it lies in [0, 2**64)
+        offset = ints.astype(np.int64).view(np.uint64) - np.array(low, np.int64).view(np.uint64)
+    position_bits = max(1, (n - 1).bit_length())
+    if int(offset.max()).bit_length() + position_bits > 64:
+        return np.argsort(ints, kind="stable")
+    packed = (offset << np.uint64(position_bits)) | np.arange(n, dtype=np.uint64)
+    packed.sort()
+    return (packed & np.uint64((1 << position_bits) - 1)).astype(np.int64)
+
+
+def _as_integers(key: pa.Array) -> np.ndarray | None:
+    """The key as a numpy integer array (nulls arbitrary), when it is integer-like."""
+    dtype = key.type
+    if pa.types.is_integer(dtype):
+        return key.fill_null(0).to_numpy(zero_copy_only=False) if key.null_count else key.to_numpy()
+    if pa.types.is_temporal(dtype) and dtype.bit_width in (32, 64) and not pa.types.is_interval(dtype):
+        return _as_integers(key.view(pa.int32() if dtype.bit_width == 32 else pa.int64()))
+    return None
+
+
 def sort_order(values: pa.Array, row_addrs: np.ndarray) -> np.ndarray:
     """Positions of ``values`` in index order (nulls first, then by value, then by row address)."""
     key = sort_key(values)
+    addrs = np.asarray(row_addrs)
+    ints = _as_integers(key)
+    if ints is not None and (len(addrs) < 2 or bool(np.all(addrs[1:] >= addrs[:-1]))):
+        if not key.null_count:
+            return _integer_order(ints)
+        valid = key.is_valid().to_numpy(zero_copy_only=False)
+        valid_positions = np.flatnonzero(valid)
+        return np.concatenate([np.flatnonzero(~valid), valid_positions[_integer_order(ints[valid_positions])]])
     table = pa.table({"k": key, "r": pa.array(row_addrs, pa.uint64())})
     return pc.sort_indices(table, sort_keys=[("k", "ascending", "at_start"), ("r", "ascending", "at_start")]).to_numpy()
