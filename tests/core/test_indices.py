@@ -209,9 +209,8 @@ def test_indices_stay_right_across_our_appends_deletes_and_updates(uri):
     ours = lance.dataset(uri).describe_indices()
     for a, b in zip(ours, p.describe_indices()):
         assert (a.name, a.num_rows_indexed, a.total_size_bytes) == (b.name, b.num_rows_indexed, b.total_size_bytes)
-    assert lance.dataset(uri).list_indices() == [
-        {**i, "fragment_ids": lance.dataset(uri).list_indices()[n]["fragment_ids"]} for n, i in enumerate(p.list_indices())
-    ]
+    assert [{**i, "fragment_ids": sorted(i["fragment_ids"])} for i in lance.dataset(uri).list_indices()] == [
+        {**i, "fragment_ids": sorted(i["fragment_ids"])} for i in p.list_indices()]
 
 
 def test_replace_and_drop_commit_what_pylance_commits(uri):
@@ -343,3 +342,25 @@ def test_fast_integer_sort_equals_the_two_key_sort():
         table = pa.table({"k": sort.sort_key(values), "r": pa.array(a, pa.uint64())})
         expected = pc.sort_indices(table, sort_keys=[("k", "ascending", "at_start"), ("r", "ascending", "at_start")])
         assert np.array_equal(sort.sort_order(values, a), expected.to_numpy()), values.type
+
+
+def test_delta_segments_written_by_pylance_are_described_as_pylance(uri):
+    pylance.write_dataset(_data(300), uri)
+    pylance.dataset(uri).create_scalar_index("i", "BTREE")
+    lance.dataset(uri).insert(_data(200, seed=3))
+    pylance.dataset(uri).optimize.optimize_indices(num_indices_to_merge=0)  # a delta index: a 2nd segment
+    txn = lance.dataset(uri).read_transaction()  # pylance's CreateIndex, decoded
+    assert isinstance(txn.operation, lance.LanceOperation.CreateIndex)
+    assert [i.name for i in txn.operation.new_indices] == ["i_idx"] and not txn.operation.removed_indices
+    ours, theirs = lance.dataset(uri), pylance.dataset(uri)
+    assert [{**i, "fragment_ids": sorted(i["fragment_ids"])} for i in ours.list_indices()] == [
+        {**i, "fragment_ids": sorted(i["fragment_ids"])} for i in theirs.list_indices()]
+    [a], [b] = ours.describe_indices(), theirs.describe_indices()
+    assert (a.name, a.num_rows_indexed, a.total_size_bytes, a.fields, a.field_names) == (
+        b.name, b.num_rows_indexed, b.total_size_bytes, b.fields, b.field_names)
+    assert [(s.uuid, sorted(s.fragment_ids), s.dataset_version_at_last_update, s.index_version, s.size_bytes,
+             s.created_at) for s in a.segments] == [
+        (s.uuid, sorted(s.fragment_ids), s.dataset_version_at_last_update, s.index_version, s.size_bytes,
+         s.created_at) for s in b.segments]
+    ours.drop_index("i_idx")  # every segment goes, in one transaction
+    assert len(ours.read_transaction().operation.removed_indices) == 2 and pylance.dataset(uri).describe_indices() == []
