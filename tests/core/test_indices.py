@@ -75,6 +75,11 @@ def assert_pylance_uses_index(uri: str, column: str, name: str) -> None:
         assert got["_rowid"].equals(expected["_rowid"]) and _same(got, expected), flt
 
 
+def _index_file(uri: str, index_name: str, file_name: str) -> str:
+    [uuid] = [d.segments[0].uuid for d in lance.dataset(uri).describe_indices() if d.name == index_name]
+    return os.path.join(uri, "_indices", uuid, file_name)
+
+
 def _written(uri: str, **kwargs) -> None:
     pylance.write_dataset(_data(), uri, max_rows_per_file=4000, **kwargs)
     ds = pylance.dataset(uri)
@@ -154,14 +159,11 @@ def test_label_list_index_matches_pylance_and_is_used(tmp_path):
     for uri, make in ((ours, lance.dataset), (theirs, pylance.dataset)):
         make(uri).create_scalar_index("tags", "LABEL_LIST")
         make(uri).create_scalar_index("nums", "LABEL_LIST")
-    mine, pylances = _index_tables(ours), _index_tables(theirs)
-    for uuid_dir_ours, uuid_dir_theirs in zip(*(sorted(glob.glob(os.path.join(u, "_indices", "*")), key=os.path.getmtime)
-                                                for u in (ours, theirs))):
+    for name in ("tags_idx", "nums_idx"):
         a, b = (LanceFileReader(pa.OSFile(p), path=p) for p in (
-            os.path.join(uuid_dir_ours, "bitmap_page_lookup.lance"), os.path.join(uuid_dir_theirs, "bitmap_page_lookup.lance")))
+            _index_file(ours, name, "bitmap_page_lookup.lance"), _index_file(theirs, name, "bitmap_page_lookup.lance")))
         assert a.read().equals(b.read()) and a.schema.metadata == b.schema.metadata
         assert a.global_buffer(1) == b.global_buffer(1)  # the rows whose list is null
-    assert mine.keys() == pylances.keys()
     described = [(d.name, d.index_type, d.num_rows_indexed, [s.index_version for s in d.segments])
                  for d in pylance.dataset(ours).describe_indices()]
     assert described == [(d.name, d.index_type, d.num_rows_indexed, [s.index_version for s in d.segments])
@@ -307,7 +309,7 @@ def test_concurrent_builds_keep_one_index_per_name(uri):
     a.create_scalar_index("i", "BTREE")
     c.create_scalar_index("s", "BITMAP")  # another name: commits next to it without rebuilding
     assert c.read_transaction().read_version == 2
-    b.create_scalar_index("i", "BITMAP")  # same name: rebuilt on the latest version, replacing a's
+    b.create_scalar_index("i", "BITMAP", name="i_idx")  # same name: rebuilt on the latest version, replacing a's
     txn = b.read_transaction()
     assert txn.read_version == 4 and [i.name for i in txn.operation.removed_indices] == ["i_idx"]
     listed = {d.name: d.index_type for d in pylance.dataset(uri).describe_indices()}
@@ -364,3 +366,24 @@ def test_delta_segments_written_by_pylance_are_described_as_pylance(uri):
          s.created_at) for s in b.segments]
     ours.drop_index("i_idx")  # every segment goes, in one transaction
     assert len(ours.read_transaction().operation.removed_indices) == 2 and pylance.dataset(uri).describe_indices() == []
+
+
+def test_index_names_follow_pylance(tmp_path):
+    """Default names, replacement and name errors: the same sequence on ours and on pylance."""
+    results = {}
+    for lib in (lance, pylance):
+        uri = str(tmp_path / lib.__name__)
+        pylance.write_dataset(pa.table({"k": np.arange(10), "j": np.arange(10)}), uri)
+        steps = []
+        for column, kind, kwargs in [("k", "BITMAP", {}), ("k", "BTREE", {}), ("k", "BTREE", {}),
+                                     ("k", "BTREE", {"replace": False}), ("j", "BTREE", {"name": "k_idx"}),
+                                     ("j", "BITMAP", {"name": "k_idx_2", "replace": False}), ("j", "BTREE", {})]:
+            try:
+                lib.dataset(uri).create_scalar_index(column, kind, **kwargs)
+                steps.append(sorted((d.name, d.index_type, tuple(d.field_names), len(d.segments))
+                                    for d in pylance.dataset(uri).describe_indices()))
+            except Exception as exc:  # noqa: BLE001 - compared with pylance's
+                steps.append(type(exc).__name__ if lib is pylance else
+                             "RuntimeError" if isinstance(exc, RuntimeError) else repr(exc))
+        results[lib.__name__] = steps
+    assert results["airflow_lance.core"] == results["lance"]

@@ -68,15 +68,45 @@ def _index_type(index_type: str) -> str:
             f"Only {', '.join(repr(t) for t in PYLANCE_SCALAR_TYPES)} are scalar index types; received {index_type!r}"
         )
     if upper not in SUPPORTED_TYPES:
-        raise UnsupportedFeatureError(f"{upper} indices are not supported yet (supported: {', '.join(SUPPORTED_TYPES)})")
+        supported = ", ".join(SUPPORTED_TYPES)
+        raise UnsupportedFeatureError(f"{upper} indices are not supported yet (supported: {supported})")
     return upper
 
 
-def _build(current: LanceDataset, column: str, field_id: int, index_type: str, name: str,
-           replace: bool) -> LanceOperation.CreateIndex:
-    existing = [i for i in user_indices(current.manifest_file) if i.name == name]
+TYPE_URLS = {"BTREE": btree.TYPE_URL, "BITMAP": bitmap.TYPE_URL, "LABEL_LIST": label_list.TYPE_URL}
+
+
+def resolve_name(current: LanceDataset, column: str, field_id: int, index_type: str, name: str | None,
+                 replace: bool) -> tuple[str, list[table_pb2.IndexMetadata]]:
+    """pylance 14's naming: the index's name and the entries it replaces.
+
+    Without ``name``: ``{column}_idx``, or ``{column}_idx_2``, ``_3``, ... while the name is taken by
+    an index of another type on the column. A name taken by an index on other fields is an error
+    (also with ``replace``); one taken on the same fields is replaced if ``replace``, else an error.
+    """
+    indices = user_indices(current.manifest_file)
+    if name is None:
+        for n in range(1, len(indices) + 2):
+            name = f"{column}_idx" if n == 1 else f"{column}_idx_{n}"
+            taken = [i for i in indices if i.name == name]
+            if not taken or (list(taken[0].fields) == [field_id]
+                             and taken[0].index_details.type_url == TYPE_URLS[index_type]):
+                break
+    assert name is not None
+    existing = [i for i in indices if i.name == name]
+    if existing and list(existing[0].fields) != [field_id]:
+        raise IndexExistsError(f"Index name {name!r} already exists with different fields, please specify a "
+                               "different name")
     if existing and not replace:
-        raise IndexExistsError(f"Index name {name!r} already exists, please specify a different name or use replace=True")
+        raise IndexExistsError(
+            f"Index name {name!r} already exists, please specify a different name or use replace=True"
+        )
+    return name, existing
+
+
+def _build(current: LanceDataset, column: str, field_id: int, index_type: str, name: str | None,
+           replace: bool) -> LanceOperation.CreateIndex:
+    name, existing = resolve_name(current, column, field_id, index_type, name, replace)
     table = current.scanner(columns=[column], with_row_address=True).to_table()
     values = table.column(column).combine_chunks()
     addrs = table.column("_rowaddr").to_numpy().astype(np.uint64, copy=False)
@@ -106,11 +136,11 @@ def create_scalar_index(
 ) -> None:
     """Build a scalar index on ``column`` and commit it; the handle moves to the new version.
 
-    ``name`` defaults to ``{column}_idx``. An index of the same name is replaced when
-    ``replace`` (pylance 14's default), else IndexExistsError. Raises before writing anything:
-    ColumnNotFoundError (KeyError), InvalidTypeError (TypeError) for a column type the index
-    cannot hold, UnsupportedFeatureError (NotImplementedError) for an unknown or not yet supported
-    ``index_type``.
+    ``name`` defaults to ``{column}_idx`` (see :func:`resolve_name`). An index of the same name on
+    the same column is replaced when ``replace`` (pylance 14's default), else IndexExistsError.
+    Raises before writing anything: ColumnNotFoundError (KeyError), InvalidTypeError (TypeError)
+    for a column type the index cannot hold, UnsupportedFeatureError (NotImplementedError) for an
+    unknown or not yet supported ``index_type``.
     """
     kind = _index_type(index_type)
     if not isinstance(column, str):
@@ -120,11 +150,8 @@ def create_scalar_index(
     _check_type(column, dataset.schema.field(column).type, kind)
     if name is not None and (not isinstance(name, str) or not name):
         raise InvalidInputError(f"name must be a non-empty string, not {name!r}")
-    index_name = name if name is not None else f"{column}_idx"
     field_id = next(f.id for f in dataset.lance_schema.top_level() if f.name == column)
-    if not replace and any(i.name == index_name for i in user_indices(dataset.manifest_file)):
-        raise IndexExistsError(f"Index name {index_name!r} already exists, please specify a different name or use "
-                               "replace=True")
+    resolve_name(dataset, column, field_id, kind, name, replace)  # name errors before anything is written
     dataset._commit_planned(
-        lambda current: (_build(current, column, field_id, kind, index_name, replace), None), conflict_retries
+        lambda current: (_build(current, column, field_id, kind, name, replace), None), conflict_retries
     )

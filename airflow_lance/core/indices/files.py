@@ -32,7 +32,9 @@ def index_file_version(data_storage_version: str) -> str:
     return data_storage_version if data_storage_version in FILE_VERSIONS else "2.0"
 
 
-def write_index_file(store: ObjectStore, uuid: str, name: str, data: IndexFileData, version: str) -> table_pb2.IndexFile:
+def write_index_file(
+    store: ObjectStore, uuid: str, name: str, data: IndexFileData, version: str
+) -> table_pb2.IndexFile:
     """Write ``data`` as ``_indices/{uuid}/{name}``; its global buffers go first (as 1, 2, ...)."""
     table, metadata, global_buffers = data.table, data.metadata, data.global_buffers
     schema = LanceSchema.from_arrow(table.schema.with_metadata({k: v for k, v in (metadata or {}).items()}))
