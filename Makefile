@@ -38,6 +38,7 @@ bench: $(STAMP)  ## benchmarks against pylance and Spark, one script per area (p
 	$(PY) bench/bench_formats_v2x.py
 	$(PY) bench/bench_commits.py
 	$(PY) bench/bench_maintenance.py
+	$(PY) bench/bench_indices.py
 	$(PY) bench/bench_spark_write.py
 	$(PY) bench/bench_spark_read.py
 
