@@ -108,7 +108,7 @@ def _index_tables(uri: str) -> dict[str, tuple[pa.Table, dict]]:
     return out
 
 
-@pytest.mark.parametrize("version", ["2.0", "2.2"])
+@pytest.mark.parametrize("version", ["legacy", "2.0", "2.1", "2.2"])
 def test_our_index_files_hold_what_pylance_writes(tmp_path, version):
     ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
     _written(ours, data_storage_version=version)
@@ -387,3 +387,15 @@ def test_index_names_follow_pylance(tmp_path):
                              "RuntimeError" if isinstance(exc, RuntimeError) else repr(exc))
         results[lib.__name__] = steps
     assert results["airflow_lance.core"] == results["lance"]
+
+
+def test_pylance_commits_over_our_create_index(uri):
+    """pylance reads our CreateIndex transaction to rebase its own concurrent commits."""
+    _written(uri)
+    fragments = pylance.LanceFragment.create(uri, _data(100, seed=4))
+    read_version = pylance.dataset(uri).version
+    lance.dataset(uri).create_scalar_index("i", "BTREE")
+    pylance.LanceDataset.commit(uri, pylance.LanceOperation.Append([fragments]), read_version=read_version)
+    ds = pylance.dataset(uri)
+    assert ds.version == read_version + 2 and [d.name for d in ds.describe_indices()] == ["i_idx"]
+    assert_pylance_uses_index(uri, "i", "i_idx")
