@@ -207,6 +207,8 @@ class Assembler21:
             return to_arrow(values, dtype, valid, ctx)
         if not isinstance(values, Fixed) or values.bits not in (8, 16, 32, 64):
             raise ctx.corrupt("dictionary indices are not integers")
+        if not pa.types.is_dictionary(dtype):
+            return _dictionary_take(ctx, data.dictionary, values, count, valid, dtype)
         indices = values.data[: count * values.bits // 8].view(f"<u{values.bits // 8}").astype(np.int64)
         if valid is not None:
             indices = np.where(valid, indices, 0)
@@ -328,3 +330,15 @@ def _concat_levels(pages: list[list[Level]], depth: int) -> list[Level]:
                                      + [shifts[-1:]])
         out.append(Level(length, validity, offsets))
     return out
+
+
+def _dictionary_take(ctx: Ctx, dictionary, values: Fixed, count: int, valid, dtype: pa.DataType) -> pa.Array:
+    """Dictionary-encoded values as a plain array: one Arrow ``take`` of the dictionary (as an array of
+    ``dtype``) by the stored indices in their stored width, null slots as null indices."""
+    items = to_arrow(dictionary, dtype, None, ctx)
+    index_type = {8: pa.uint8(), 16: pa.uint16(), 32: pa.uint32(), 64: pa.uint64()}[values.bits]
+    indices = pa.Array.from_buffers(index_type, count, [bitmap(valid), pa.py_buffer(np.ascontiguousarray(values.data))])
+    try:
+        return items.take(indices)
+    except (IndexError, pa.ArrowIndexError) as error:
+        raise ctx.corrupt(f"dictionary index out of range ({len(items)} items)") from error
