@@ -88,6 +88,45 @@ def test_fsst_switch_off_is_stored_data():
     assert bytes(out) == b"abc" and list(offsets) == [0, 1, 3]
 
 
+def _fsst_reference(symbols: list[bytes], codes: np.ndarray, offsets: np.ndarray) -> list[bytes]:
+    """Per-code decoding (the definition): code < 255 is a symbol, 255 escapes the next byte."""
+    out = []
+    for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist()):
+        piece, i = bytearray(), a
+        while i < b:
+            if codes[i] == 255:
+                piece.append(int(codes[i + 1]))
+                i += 2
+            else:
+                piece += symbols[codes[i]]
+                i += 1
+        out.append(bytes(piece))
+    return out
+
+
+@pytest.mark.parametrize("count, escapes, odd", [(255, False, False), (255, False, True), (40, False, True),
+                                                 (40, True, False), (40, True, True)])
+def test_fsst_pair_path_matches_per_code_decoding(count, escapes, odd):
+    """Enough codes for the pair table (odd and even totals, with and without escape runs)."""
+    rng = np.random.default_rng(count + 2 * escapes + odd)
+    symbols = [bytes(rng.integers(0, 256, int(rng.integers(1, 9)), dtype=np.uint8)) for _ in range(count)]
+    lengths = rng.integers(0, 50, 3000)
+    lengths[-1] += (int(lengths.sum()) % 2 == 1) != odd  # the parity of the total asked for
+    plain = rng.integers(0, count, int(lengths.sum())).astype(np.int16)
+    escaped = rng.random(len(plain)) < (0.1 if escapes else 0)  # these codes become [255, literal]
+    literal = rng.choice(np.array([255, 7, 0], np.int16), len(plain))
+    pairs = np.stack([np.where(escaped, 255, plain), np.where(escaped, literal, -1)], axis=1).reshape(-1)
+    codes = pairs[pairs >= 0].astype(np.uint8)
+    offsets = exclusive_cumsum(1 + escaped)[exclusive_cumsum(lengths)]  # each string's first code
+    if escapes:  # escapes make the total odd or even at random: fix it with one more code
+        if (len(codes) % 2 == 1) != odd:
+            codes, offsets = np.append(codes, np.uint8(1)), np.append(offsets, offsets[-1] + 1)
+    assert len(codes) > fsst._SMALL and (len(codes) % 2 == 1) == odd
+    data, out_offsets = fsst.decode(CTX, _table(symbols), codes, offsets)
+    got = [bytes(data[a:b]) for a, b in zip(out_offsets[:-1].tolist(), out_offsets[1:].tolist())]
+    assert got == _fsst_reference(symbols, codes, offsets)
+
+
 @pytest.mark.parametrize("codes", [[255], [7], [0, 255]])
 def test_fsst_rejects_bad_codes(codes):
     with pytest.raises(CorruptFileError):
