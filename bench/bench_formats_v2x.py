@@ -5,7 +5,9 @@ Usage: python bench/bench_formats_v2x.py [--rows N] [--reps 3] [--variants wide,
 For each anchor table (bench/anchor_data.py): pylance writes it in 2.2 (its
 default); then full scans and the [id, score] projection of that dataset by
 us and by pylance; then our 2.2 write vs pylance's 2.2 write (plus our 2.0
-write for reference), with sizes on disk. Medians of --reps runs; every
+write for reference), with sizes on disk, then full scans of our 2.2 file by
+both. Reads report wall and CPU time (all threads of the process; steadier on a
+loaded machine). Medians of --reps runs; every
 result is freed (and gc run) before the next repetition. Ratios: "x slower"
 > 1 means we are slower, "x faster" > 1 means we are faster.
 """
@@ -45,10 +47,20 @@ def bench_variant(name: str, rows: int, reps: int, tmp: pathlib.Path) -> list[di
     pylance.write_dataset(table, str(pl_path), data_storage_version="2.2")
     assert ours.dataset(str(pl_path)).to_table().equals(table), "we do not read pylance's 2.2 dataset back"
 
-    def read_case(label: str, fn: Callable[[], object], nbytes: float) -> float:
-        seconds = timed(fn, reps)
-        results.append({"variant": name, "case": label, "seconds": seconds, "mb_s": nbytes / seconds})
-        return seconds
+    def read_case(label: str, fn: Callable[[], object], nbytes: float) -> tuple[float, float]:
+        cpu: list[float] = []
+
+        def run() -> object:
+            start = time.process_time()
+            result = fn()
+            cpu.append(time.process_time() - start)
+            return result
+
+        seconds = timed(run, reps)
+        cpu_seconds = sorted(cpu)[len(cpu) // 2]
+        results.append({"variant": name, "case": label, "seconds": seconds, "mb_s": nbytes / seconds,
+                        "cpu_seconds": cpu_seconds})
+        return seconds, cpu_seconds
 
     ours_scan = read_case("scan 2.2: ours", lambda: ours.dataset(str(pl_path)).to_table(), mb)
     pl_scan = read_case("scan 2.2: pylance", lambda: pylance.dataset(str(pl_path)).to_table(), mb)
@@ -69,10 +81,17 @@ def bench_variant(name: str, rows: int, reps: int, tmp: pathlib.Path) -> list[di
     write_case("2.0: ours", lambda p: ours.write_dataset(table, p, data_storage_version="2.0"))
     assert pylance.dataset(str(tmp / f"{name}-write-2.2-ours")).to_table().equals(table), \
         "pylance does not read our 2.2 dataset back"
+    our_path = str(tmp / f"{name}-write-2.2-ours")
+    ours_own = read_case("scan of our 2.2 file: ours", lambda: ours.dataset(our_path).to_table(), mb)
+    pl_own = read_case("scan of our 2.2 file: pylance", lambda: pylance.dataset(our_path).to_table(), mb)
 
     ratios = {
-        "full scan of pylance 2.2 vs pylance (x slower)": ours_scan / pl_scan,
-        "projection [id, score] vs pylance (x slower)": ours_proj / pl_proj,
+        "full scan of pylance 2.2 vs pylance (x slower)": ours_scan[0] / pl_scan[0],
+        "full scan, CPU time of all threads (x more)": ours_scan[1] / pl_scan[1],
+        "projection [id, score] vs pylance (x slower)": ours_proj[0] / pl_proj[0],
+        "projection, CPU time of all threads (x more)": ours_proj[1] / pl_proj[1],
+        "full scan of our 2.2 file vs pylance (x slower)": ours_own[0] / pl_own[0],
+        "full scan of our file, CPU time (x more)": ours_own[1] / pl_own[1],
         "2.2 write vs pylance 2.2 write (x faster)": pl_w / ours_w,
     }
     for key, value in ratios.items():
@@ -99,7 +118,8 @@ def main() -> None:
                     print(f"{variant:7s} {row['case']:58s} {row['ratio']:8.2f}")
                 else:
                     disk = f"  {row['disk_mb']:8.1f} MB on disk" if "disk_mb" in row else ""
-                    print(f"{variant:7s} {row['case']:58s} {row['seconds']:8.3f} s {row['mb_s']:9.1f} MB/s{disk}")
+                    cpu = f"  cpu {row['cpu_seconds']:7.3f} s" if "cpu_seconds" in row else ""
+                    print(f"{variant:7s} {row['case']:58s} {row['seconds']:8.3f} s {row['mb_s']:9.1f} MB/s{disk}{cpu}")
             shutil.rmtree(tmp, ignore_errors=True)
             pathlib.Path(tmp).mkdir(exist_ok=True)
     print(f"load average after: {os.getloadavg()[0]:.2f}")

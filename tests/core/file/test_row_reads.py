@@ -270,3 +270,20 @@ def test_fragment_reader_reads_rows_of_every_data_file(tmp_path):
         assert reader.read(ds.lance_schema).take(pa.array(rows)).equals(part)
     assert part.column("twice").to_pylist() == [2 * v for v in part.column("sorted_i64").to_pylist()]
     assert layout.data_file_path(fragment.files[1].path).endswith(".lance")
+
+
+def test_full_reads_of_grouped_small_pages_equal_page_by_page_and_pylance(tmp_path, small_pages, monkeypatch):
+    """Full reads decode runs of small mini-block pages as one group: same table as page by page, and as
+    pylance reads the file."""
+    from airflow_lance.core.file.v21 import read as v21_read
+
+    uri = str(tmp_path / "ds")
+    table = MIXED
+    ours.write_dataset(table, uri, data_storage_version="2.2")
+    grouped = ours.dataset(uri).to_table()
+    monkeypatch.setattr(v21_read, "FULL_GROUP_PAGE_BYTES", -1)
+    page_by_page = ours.dataset(uri).to_table()
+    assert grouped.equals(page_by_page) and grouped.equals(table)
+    theirs = pylance.dataset(uri).to_table()
+    for name in table.column_names:  # pylance keeps each page's dictionary: compared by value
+        assert _plain(grouped.column(name)).equals(_plain(theirs.column(name))), name

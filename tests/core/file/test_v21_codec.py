@@ -14,8 +14,10 @@ from airflow_lance.core._proto import encodings_v2_1_pb2 as pb
 from airflow_lance.core.errors import CorruptFileError, UnsupportedFeatureError
 from airflow_lance.core.file import LanceFileReader, LanceFileWriter
 from airflow_lance.core.file.v21 import bitpack, fsst
-from airflow_lance.core.file.v21.structure import ITEM, LIST, NodeData, layers_for, levels, unravel
-from airflow_lance.core.file.v21.util import Ctx, take_ranges
+from airflow_lance.core.file.v21.structure import (
+    _DEF_COUNT, _LIST_LAYERS, ITEM, LIST, Level, NodeData, Structure, _visibility_table, layers_for, levels, max_rep,
+    unravel)
+from airflow_lance.core.file.v21.util import Ctx, exclusive_cumsum, take_ranges
 from airflow_lance.core.schema import LanceSchema
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
@@ -84,6 +86,45 @@ def test_fsst_switch_off_is_stored_data():
     data = np.frombuffer(b"abc", dtype=np.uint8)
     out, offsets = fsst.decode(CTX, fsst.stored_table(), data, np.array([0, 1, 3]))
     assert bytes(out) == b"abc" and list(offsets) == [0, 1, 3]
+
+
+def _fsst_reference(symbols: list[bytes], codes: np.ndarray, offsets: np.ndarray) -> list[bytes]:
+    """Per-code decoding (the definition): code < 255 is a symbol, 255 escapes the next byte."""
+    out = []
+    for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist()):
+        piece, i = bytearray(), a
+        while i < b:
+            if codes[i] == 255:
+                piece.append(int(codes[i + 1]))
+                i += 2
+            else:
+                piece += symbols[codes[i]]
+                i += 1
+        out.append(bytes(piece))
+    return out
+
+
+@pytest.mark.parametrize("count, escapes, odd", [(255, False, False), (255, False, True), (40, False, True),
+                                                 (40, True, False), (40, True, True)])
+def test_fsst_pair_path_matches_per_code_decoding(count, escapes, odd):
+    """Enough codes for the pair table (odd and even totals, with and without escape runs)."""
+    rng = np.random.default_rng(count + 2 * escapes + odd)
+    symbols = [bytes(rng.integers(0, 256, int(rng.integers(1, 9)), dtype=np.uint8)) for _ in range(count)]
+    lengths = rng.integers(0, 50, 3000)
+    lengths[-1] += (int(lengths.sum()) % 2 == 1) != odd  # the parity of the total asked for
+    plain = rng.integers(0, count, int(lengths.sum())).astype(np.int16)
+    escaped = rng.random(len(plain)) < (0.1 if escapes else 0)  # these codes become [255, literal]
+    literal = rng.choice(np.array([255, 7, 0], np.int16), len(plain))
+    pairs = np.stack([np.where(escaped, 255, plain), np.where(escaped, literal, -1)], axis=1).reshape(-1)
+    codes = pairs[pairs >= 0].astype(np.uint8)
+    offsets = exclusive_cumsum(1 + escaped)[exclusive_cumsum(lengths)]  # each string's first code
+    if escapes:  # escapes make the total odd or even at random: fix it with one more code
+        if (len(codes) % 2 == 1) != odd:
+            codes, offsets = np.append(codes, np.uint8(1)), np.append(offsets, offsets[-1] + 1)
+    assert len(codes) > fsst._SMALL and (len(codes) % 2 == 1) == odd
+    data, out_offsets = fsst.decode(CTX, _table(symbols), codes, offsets)
+    got = [bytes(data[a:b]) for a, b in zip(out_offsets[:-1].tolist(), out_offsets[1:].tolist())]
+    assert got == _fsst_reference(symbols, codes, offsets)
 
 
 @pytest.mark.parametrize("codes", [[255], [7], [0, 255]])
@@ -165,6 +206,120 @@ def test_unravel_rejects_bad_levels():
         unravel(CTX, np.array([1, 1], np.uint16), np.array([0, 9], np.uint16), layers, 2)  # def out of range
     with pytest.raises(CorruptFileError):
         unravel(CTX, None, np.array([0, 0], np.uint16), layers, 2)  # lists without rep
+
+
+# The unravel implementation before its u16/threshold rewrite, kept as the oracle of the fast one.
+def _unravel_reference(
+    ctx: Ctx, rep: np.ndarray | None, defs: np.ndarray | None, layers: list[int], n_entries: int
+) -> Structure:
+    """The per-entry implementation unravel had before it compared thresholds in u16 (the oracle)."""
+    depth = len(layers)
+    top_rep = max_rep(layers)
+    if rep is not None and len(rep) != n_entries or defs is not None and len(defs) != n_entries:
+        raise ctx.corrupt("repetition and definition levels differ in length")
+    if top_rep and rep is None and n_entries:
+        raise ctx.corrupt("list layers without repetition levels")
+    if rep is not None:
+        if top_rep == 0:
+            raise ctx.corrupt("repetition levels without list layers")
+        if n_entries and (int(rep[0]) != top_rep or int(rep.max()) > top_rep):
+            raise ctx.corrupt("repetition levels out of range")
+    visibility = _visibility_table(layers)
+    if defs is not None and n_entries and int(defs.max()) >= len(visibility):
+        raise ctx.corrupt(f"definition level {int(defs.max())} out of range")
+    if rep is None and defs is None:
+        return Structure([Level(n_entries, None) for _ in range(depth)], n_entries, None)
+    if rep is None:
+        # no lists: every entry is a slot of every layer, a layer is valid below its own null level
+        def_base = np.cumsum([0] + [_DEF_COUNT[layer] for layer in layers])
+        out = []
+        for j in range(depth - 1, -1, -1):
+            valid = defs <= def_base[j]
+            out.append(Level(n_entries, None if bool(valid.all()) else valid))
+        return Structure(out, n_entries, out[-1].validity)
+    defs_i = defs.astype(np.int64) if defs is not None else None
+    vis_layer = visibility[defs_i] if defs_i is not None else None
+    rep_i = rep.astype(np.int64) if rep is not None else None
+    def_base = np.concatenate(([0], np.cumsum([_DEF_COUNT[layer] for layer in layers])))
+    lists_inside = np.cumsum([layer in _LIST_LAYERS for layer in layers])
+
+    def starts_at(j: int) -> np.ndarray:
+        mask = np.ones(n_entries, dtype=bool) if vis_layer is None else vis_layer <= j
+        if rep_i is not None and lists_inside[j]:
+            mask &= rep_i >= lists_inside[j]
+        return mask
+
+    out: list[Level] = []
+    child_starts = None
+    for j in range(depth - 1, -1, -1):
+        starts = child_starts if child_starts is not None else starts_at(j)
+        positions = np.flatnonzero(starts)
+        layer = layers[j]
+        validity = None
+        if defs_i is not None:
+            slot_def = defs_i[positions]
+            valid = slot_def <= def_base[j]
+            if layer in (pb.REPDEF_EMPTYABLE_LIST, pb.REPDEF_NULL_AND_EMPTY_LIST):
+                valid |= slot_def == def_base[j] + _DEF_COUNT[layer]
+            validity = None if bool(valid.all()) else valid
+        offsets = None
+        child_starts = starts_at(j - 1) if j > 0 else None
+        if layer in _LIST_LAYERS:
+            if j == 0:
+                raise ctx.corrupt("a list layer cannot be the leaf")
+            counted = exclusive_cumsum(child_starts)
+            offsets = np.empty(len(positions) + 1, dtype=np.int64)
+            offsets[:-1] = counted[positions]
+            offsets[-1] = counted[-1]
+        out.append(Level(len(positions), validity, offsets))
+    leaf = out[-1]
+    leaf_valid = None
+    if defs_i is not None:
+        leaf_positions = np.flatnonzero(starts_at(0))
+        leaf_valid = defs_i[leaf_positions] == 0
+        if bool(leaf_valid.all()):
+            leaf_valid = None
+    return Structure(out, leaf.length, leaf_valid)
+
+
+def _random_levels(rng, layers, rows):
+    """Levels of ``rows`` random rows for ``layers`` via the writer (nodes drawn at random)."""
+    kinds = [LIST if layer in _LIST_LAYERS else ITEM for layer in reversed(layers)]
+    nodes, length = [], rows
+    for kind in kinds:
+        valid = rng.random(length) > 0.2
+        if kind == LIST:
+            sizes = rng.integers(0, 4, length) * valid
+            offsets = exclusive_cumsum(sizes)
+            nodes.append(NodeData(LIST, length, valid, offsets))
+            length = int(offsets[-1])
+        else:
+            nodes.append(NodeData(ITEM, length, valid))
+    layers = layers_for(nodes)
+    rep, defs, slots = levels(nodes, layers)
+    entries = len(slots) if slots is not None else nodes[-1].length
+    return rep, defs, layers, entries
+
+
+@pytest.mark.parametrize("shape", [[ITEM], [LIST, ITEM], [ITEM, LIST, ITEM], [LIST, LIST, ITEM],
+                                   [LIST, ITEM, LIST, ITEM]])
+def test_unravel_matches_reference(shape):
+    rng = np.random.default_rng(len(shape))
+    layers = [pb.REPDEF_NULLABLE_ITEM if kind == ITEM else pb.REPDEF_NULL_AND_EMPTY_LIST for kind in reversed(shape)]
+    for rows in (0, 1, 7, 500):
+        rep, defs, chosen, entries = _random_levels(rng, layers, rows)
+        cases = [(rep, defs)]
+        if defs is not None:  # also with no nulls and no empty lists at all (entries without gaps)
+            cases.append((rep, np.zeros_like(defs)))
+        for r, d in cases:
+            got = unravel(CTX, r, d, chosen, entries)
+            want = _unravel_reference(CTX, r, d, chosen, entries)
+            assert got.leaf_count == want.leaf_count
+            for x, y in [(got.leaf_valid, want.leaf_valid)] + [
+                    (a.validity, b.validity) for a, b in zip(got.levels, want.levels)] + [
+                    (a.offsets, b.offsets) for a, b in zip(got.levels, want.levels)]:
+                assert (x is None and y is None) or np.array_equal(x, y)
+            assert [lv.length for lv in got.levels] == [lv.length for lv in want.levels]
 
 
 # ----------------------------------------------------------------------------- writer <-> reader

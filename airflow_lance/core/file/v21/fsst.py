@@ -31,6 +31,7 @@ _PAIR_TABLES: dict[tuple[bytes, int, bool], pa.Array] = {}
 _PAIR_LOCK = threading.Lock()
 _MAGIC = 0x46535354
 _ESCAPE = 255
+_NONE = np.zeros(0, dtype=np.int64)
 
 
 def stored_table() -> bytes:
@@ -86,7 +87,8 @@ def decode(ctx: Ctx, table: bytes, codes: np.ndarray, offsets: np.ndarray) -> tu
               and bool(np.all(np.diff(offsets) >= 0)), "FSST offsets exceed the data")
     if n == 0:
         return codes, offsets - offsets[0]
-    escapes = np.flatnonzero(codes == _ESCAPE)
+    highest = int(codes.max())
+    escapes = np.flatnonzero(codes == _ESCAPE) if highest == _ESCAPE else _NONE
     if len(escapes):
         # the first 0xFF of a run starts a code: even positions in a run are escapes
         new_run = np.ones(len(escapes), dtype=bool)
@@ -104,7 +106,7 @@ def decode(ctx: Ctx, table: bytes, codes: np.ndarray, offsets: np.ndarray) -> tu
         unit_before = offsets - np.searchsorted(escapes, offsets, side="left")
         kinds = 512
     else:
-        ctx.check(int(codes.max()) < count, "FSST code outside the symbol table")
+        ctx.check(highest < count, "FSST code outside the symbol table")
         units = codes
         unit_before = offsets
         kinds = 256
@@ -126,10 +128,14 @@ def decode(ctx: Ctx, table: bytes, codes: np.ndarray, offsets: np.ndarray) -> tu
         return out, starts[np.asarray(unit_before, dtype=np.int64)]
     pairs = m // 2
     if kinds == 256:
-        # little-endian u16 view of two codes = first + 256 * second: no arithmetic needed
-        index = units[: 2 * pairs].view("<u2")
+        # little-endian u16 view of two codes = first + 256 * second: no arithmetic needed; an odd
+        # last code is paired with code 255, which is no symbol here (count < 256) and expands to nothing
         if m & 1:
-            index = np.concatenate([index, np.array([kinds * kinds + int(units[-1])], dtype=np.uint32)])
+            padded = np.empty(m + 1, dtype=np.uint8)
+            padded[:m] = units
+            padded[m] = _ESCAPE
+            units = padded
+        index = units.view("<u2")
     else:
         index = np.empty(pairs + (m & 1), dtype=np.int32)
         index[:pairs] = units[0: 2 * pairs: 2] + units[1: 2 * pairs: 2] * kinds

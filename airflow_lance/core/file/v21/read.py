@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 _INT32_MAX = 2**31 - 1
 #: Mini-block pages with at most this many bytes of chunk data are decoded in groups.
 GROUP_PAGE_BYTES = 1 << 20
+#: Full reads group only pages this small (larger ones decode faster page by page, in cache).
+FULL_GROUP_PAGE_BYTES = 1 << 18
 
 
 @dataclass
@@ -154,19 +156,20 @@ class Assembler21:
         return _Column(levels, leaves)
 
     def _page_groups(self, column, leaf, metadata, selects, leaf_type) -> list[list[int]]:
-        """The pages to decode (those holding selected rows); for row reads, mini-block pages with
-        equal encodings grouped (decoded as one; not for Arrow dictionary columns, whose index
-        type may not hold the concatenated dictionaries)."""
+        """The pages to decode (those holding selected rows); mini-block pages with equal encodings
+        grouped (decoded as one; for full reads only small pages, whose per-page work would
+        dominate; not for Arrow dictionary columns, whose index type may not hold the
+        concatenated dictionaries)."""
         numbers = range(len(metadata.pages)) if selects is None else sorted(selects)
         groups: list[list[int]] = []
         last_key = None
         for number in numbers:
             key = None
             sizes = metadata.pages[number].buffer_sizes
-            # row reads of small pages only: grouping copies the pages' chunk data into one buffer, and
-            # full reads of small pages run faster page by page (cache-sized arrays)
-            if selects is not None and not pa.types.is_dictionary(leaf_type) and len(sizes) > 1 \
-                    and sizes[1] <= GROUP_PAGE_BYTES:
+            # grouping copies the pages' chunk data into one buffer: row reads group pages up to 1 MiB,
+            # full reads up to 256 KiB (larger pages decode faster page by page, with cache-sized arrays)
+            if not pa.types.is_dictionary(leaf_type) and len(sizes) > 1 \
+                    and sizes[1] <= (GROUP_PAGE_BYTES if selects is not None else FULL_GROUP_PAGE_BYTES):
                 try:
                     key = page_codec.group_key(page_codec.parse_layout(self._ctx(leaf, column, number),
                                                                        metadata.pages[number].encoding))
@@ -207,6 +210,8 @@ class Assembler21:
             return to_arrow(values, dtype, valid, ctx)
         if not isinstance(values, Fixed) or values.bits not in (8, 16, 32, 64):
             raise ctx.corrupt("dictionary indices are not integers")
+        if not pa.types.is_dictionary(dtype):
+            return _dictionary_take(ctx, data.dictionary, values, count, valid, dtype)
         indices = values.data[: count * values.bits // 8].view(f"<u{values.bits // 8}").astype(np.int64)
         if valid is not None:
             indices = np.where(valid, indices, 0)
@@ -328,3 +333,15 @@ def _concat_levels(pages: list[list[Level]], depth: int) -> list[Level]:
                                      + [shifts[-1:]])
         out.append(Level(length, validity, offsets))
     return out
+
+
+def _dictionary_take(ctx: Ctx, dictionary, values: Fixed, count: int, valid, dtype: pa.DataType) -> pa.Array:
+    """Dictionary-encoded values as a plain array: one Arrow ``take`` of the dictionary (as an array of
+    ``dtype``) by the stored indices in their stored width, null slots as null indices."""
+    items = to_arrow(dictionary, dtype, None, ctx)
+    index_type = {8: pa.uint8(), 16: pa.uint16(), 32: pa.uint32(), 64: pa.uint64()}[values.bits]
+    indices = pa.Array.from_buffers(index_type, count, [bitmap(valid), pa.py_buffer(np.ascontiguousarray(values.data))])
+    try:
+        return items.take(indices)
+    except (IndexError, pa.ArrowIndexError) as error:
+        raise ctx.corrupt(f"dictionary index out of range ({len(items)} items)") from error

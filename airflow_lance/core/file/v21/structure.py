@@ -97,7 +97,13 @@ def _visibility_table(layers: list[int]) -> np.ndarray:
 def unravel(
     ctx: Ctx, rep: np.ndarray | None, defs: np.ndarray | None, layers: list[int], n_entries: int
 ) -> Structure:
-    """Validity/offsets of every layer (outermost first) and the leaf's visible slots."""
+    """Validity/offsets of every layer (outermost first) and the leaf's visible slots.
+
+    The levels are compared in their stored (u16) type; a layer's slots are
+    the entries passing two thresholds (visibility is monotonic in the
+    definition value, so "visible at layer ``j``" is ``def <= limit[j]``);
+    when every entry is a slot of a layer its positions are not materialised.
+    """
     depth = len(layers)
     top_rep = max_rep(layers)
     if rep is not None and len(rep) != n_entries or defs is not None and len(defs) != n_entries:
@@ -110,58 +116,72 @@ def unravel(
         if n_entries and (int(rep[0]) != top_rep or int(rep.max()) > top_rep):
             raise ctx.corrupt("repetition levels out of range")
     visibility = _visibility_table(layers)
-    if defs is not None and n_entries and int(defs.max()) >= len(visibility):
-        raise ctx.corrupt(f"definition level {int(defs.max())} out of range")
+    max_def_seen = int(defs.max()) if defs is not None and n_entries else 0
+    if max_def_seen >= len(visibility):
+        raise ctx.corrupt(f"definition level {max_def_seen} out of range")
     if rep is None and defs is None:
         return Structure([Level(n_entries, None) for _ in range(depth)], n_entries, None)
+    def_base = np.concatenate(([0], np.cumsum([_DEF_COUNT[layer] for layer in layers]))).tolist()
     if rep is None:
         # no lists: every entry is a slot of every layer, a layer is valid below its own null level
-        def_base = np.cumsum([0] + [_DEF_COUNT[layer] for layer in layers])
         out = []
         for j in range(depth - 1, -1, -1):
-            valid = defs <= def_base[j]
-            out.append(Level(n_entries, None if bool(valid.all()) else valid))
+            valid = None if max_def_seen <= def_base[j] else defs <= def_base[j]
+            out.append(Level(n_entries, None if valid is None or bool(valid.all()) else valid))
         return Structure(out, n_entries, out[-1].validity)
-    defs_i = defs.astype(np.int64) if defs is not None else None
-    vis_layer = visibility[defs_i] if defs_i is not None else None
-    rep_i = rep.astype(np.int64) if rep is not None else None
-    def_base = np.concatenate(([0], np.cumsum([_DEF_COUNT[layer] for layer in layers])))
-    lists_inside = np.cumsum([layer in _LIST_LAYERS for layer in layers])
+    lists_inside = np.cumsum([layer in _LIST_LAYERS for layer in layers]).tolist()
+    # largest definition value visible at layer j (visibility is non-decreasing in the value)
+    limit = [int(np.flatnonzero(visibility <= j)[-1]) for j in range(depth)]
+    cache: dict[int, tuple[np.ndarray | None, np.ndarray | None]] = {}
 
-    def starts_at(j: int) -> np.ndarray:
-        mask = np.ones(n_entries, dtype=bool) if vis_layer is None else vis_layer <= j
-        if rep_i is not None and lists_inside[j]:
-            mask &= rep_i >= lists_inside[j]
-        return mask
+    def slots_at(j: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """(mask, positions) of the entries starting a slot at layer ``j`` (None, None: every entry)."""
+        if j not in cache:
+            mask = None
+            if defs is not None and max_def_seen > limit[j]:
+                mask = defs <= limit[j]
+            if lists_inside[j]:
+                starts = rep >= lists_inside[j]
+                mask = starts if mask is None else mask & starts
+            cache[j] = (mask, None if mask is None else np.flatnonzero(mask))
+        return cache[j]
 
     out: list[Level] = []
-    child_starts = None
+    leaf_slot_def = None
     for j in range(depth - 1, -1, -1):
-        starts = child_starts if child_starts is not None else starts_at(j)
-        positions = np.flatnonzero(starts)
+        positions = slots_at(j)[1]
+        length = n_entries if positions is None else len(positions)
         layer = layers[j]
         validity = None
-        if defs_i is not None:
-            slot_def = defs_i[positions]
-            valid = slot_def <= def_base[j]
-            if layer in (pb.REPDEF_EMPTYABLE_LIST, pb.REPDEF_NULL_AND_EMPTY_LIST):
-                valid |= slot_def == def_base[j] + _DEF_COUNT[layer]
-            validity = None if bool(valid.all()) else valid
+        if defs is not None:
+            slot_def = defs if positions is None else defs[positions]
+            if j == 0:
+                leaf_slot_def = slot_def
+            empty_value = def_base[j] + _DEF_COUNT[layer] \
+                if layer in (pb.REPDEF_EMPTYABLE_LIST, pb.REPDEF_NULL_AND_EMPTY_LIST) else None
+            if max_def_seen > def_base[j]:
+                valid = slot_def <= def_base[j]
+                if empty_value is not None:
+                    valid |= slot_def == empty_value
+                validity = None if bool(valid.all()) else valid
         offsets = None
-        child_starts = starts_at(j - 1) if j > 0 else None
         if layer in _LIST_LAYERS:
             if j == 0:
                 raise ctx.corrupt("a list layer cannot be the leaf")
-            counted = exclusive_cumsum(child_starts)
-            offsets = np.empty(len(positions) + 1, dtype=np.int64)
-            offsets[:-1] = counted[positions]
-            offsets[-1] = counted[-1]
-        out.append(Level(len(positions), validity, offsets))
+            child_mask = slots_at(j - 1)[0]
+            offsets = np.empty(length + 1, dtype=np.int64)
+            if child_mask is None:  # every entry is a child slot: a list starts at its entry's index
+                offsets[:-1] = np.arange(n_entries) if positions is None else positions
+                offsets[-1] = n_entries
+            else:  # child slots before each list slot
+                counted = exclusive_cumsum(child_mask)
+                offsets[:-1] = counted[:-1] if positions is None else counted[positions]
+                offsets[-1] = counted[-1]
+        out.append(Level(length, validity, offsets))
     leaf = out[-1]
     leaf_valid = None
-    if defs_i is not None:
-        leaf_positions = np.flatnonzero(starts_at(0))
-        leaf_valid = defs_i[leaf_positions] == 0
+    if leaf_slot_def is not None and max_def_seen > 0:
+        leaf_valid = leaf_slot_def == 0
         if bool(leaf_valid.all()):
             leaf_valid = None
     return Structure(out, leaf.length, leaf_valid)
