@@ -107,10 +107,13 @@ def resolve_name(current: LanceDataset, column: str, field_id: int, index_type: 
 def _build(current: LanceDataset, column: str, field_id: int, index_type: str, name: str | None,
            replace: bool) -> LanceOperation.CreateIndex:
     name, existing = resolve_name(current, column, field_id, index_type, name, replace)
-    table = current.scanner(columns=[column], with_row_address=True).to_table()
-    values = table.column(column).combine_chunks()
-    addrs = table.column("_rowaddr").to_numpy().astype(np.uint64, copy=False)
     stable = bool(current.manifest_file.manifest.reader_feature_flags & feature_flags.STABLE_ROW_IDS)
+    # pylance 14 on datasets with stable row ids: BTREE holds row addresses, BITMAP and LABEL_LIST
+    # hold the stable row ids (which compaction keeps, so only BTREE is remapped then).
+    by_id = stable and index_type != "BTREE"
+    table = current.scanner(columns=[column], with_row_id=by_id, with_row_address=not by_id).to_table()
+    values = table.column(column).combine_chunks()
+    addrs = table.column("_rowid" if by_id else "_rowaddr").to_numpy().astype(np.uint64, copy=False)
     if index_type == "BTREE":
         files, type_url, version = btree.build(values, addrs), btree.TYPE_URL, btree.index_version(stable)
     elif index_type == "BITMAP":
