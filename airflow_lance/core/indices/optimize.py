@@ -8,7 +8,8 @@ searched without the index. pylance 14 (``num_indices_to_merge``, default None =
   (``retrain=True``: every segment), the merged ones are removed;
 
 all in one ``CreateIndex`` transaction. A merged segment keeps the oldest merged segment's
-``dataset_version`` (as pylance 14); a delta gets the version it was built on. The merged
+``dataset_version`` (as pylance 14; except a LABEL_LIST merged from several segments), a delta
+gets the version it was built on. The merged
 segment here is rebuilt from the covered fragments' data (deleted rows leave it), which pylance
 finds and uses like its own. Indices of types not built here (vector, FTS, ...) are left alone
 (logged); nothing is committed when no index changes.
@@ -79,7 +80,10 @@ def _plan(current: LanceDataset, num_indices_to_merge: int, index_names: Sequenc
         covered = set(missing)
         for segment in merge:
             covered |= set(fragment_bitmap(segment)) & live
-        dataset_version = min(s.dataset_version for s in merge) if merge else None
+        # pylance 14: the oldest merged segment's version, but a LABEL_LIST merged from several
+        # segments (rebuilt) gets the version it was built on, as a delta does
+        dataset_version = None if not merge or (kind == "LABEL_LIST" and len(merge) > 1) else min(
+            s.dataset_version for s in merge)
         field_id = segments[0].fields[0]
         new.append(build_index(current, names[field_id], field_id, kind, name, sorted(covered), dataset_version))
         removed.extend(merge)
