@@ -184,3 +184,15 @@ def test_optimize_indices_as_pylance(tmp_path, stable):
         ds.optimize_indices(num_indices_to_merge=-1)
     assert pc.sum(pylance.dataset(ours).to_table(filter="id >= 5000", columns=["id"]).column(0)).as_py() == sum(
         range(5000, 5050))
+
+
+def test_a_rewrite_mixing_indexed_and_unindexed_fragments_is_refused(tmp_path):
+    uri = str(tmp_path / "d")
+    lance.write_dataset(_chunk(0, 100), uri)
+    lance.dataset(uri).create_scalar_index("id", "BTREE")
+    lance.write_dataset(_chunk(100, 100), uri, mode="append")
+    ds = lance.dataset(uri)
+    result = lance.CompactionTask(ds.version, tuple(f.metadata for f in ds.get_fragments())).execute(uri)
+    with pytest.raises(InvalidInputError, match="mixes fragments"):
+        lance.Compaction.commit(uri, [result])
+    assert lance.dataset(uri).version == ds.version

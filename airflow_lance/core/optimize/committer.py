@@ -177,6 +177,12 @@ def _indices_to_remap(latest: ManifestFile, results: Sequence[RewriteResult], st
         covered = fragment_bitmap(index) if index.fragment_bitmap else None
         if covered is not None and not touched & set(covered):
             continue
+        for result in results if remap.needs_remap(index, stable) else ():
+            inside = {f.id in covered for f in result.old_fragments} if covered is not None else {True}
+            if len(inside) > 1:  # Lance refuses this too
+                raise InvalidInputError(
+                    f"a rewrite group mixes fragments index {index.name!r} covers and fragments it does not"
+                )
         if not remap.can_remap(index):
             raise CommitConflictError(
                 f"index {index.name!r} ({index.index_details.type_url}) covering rewritten fragments cannot be "
