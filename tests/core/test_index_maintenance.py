@@ -112,7 +112,9 @@ def test_compaction_remaps_indices_as_pylance(tmp_path, stable):
             assert mine[name].column("keys").equals(pylances[name].column("keys")), name
         else:
             assert mine[name].equals(pylances[name]), name
-    _check(ours)
+    _check(ours, expect_indexed=False)
+    for query in ("k = 7", "array_has_any(tags, [2])"):
+        assert "ScalarIndexQuery" in pylance.dataset(ours).scanner(filter=query).explain_plan(), query
     for uri in (ours, theirs):  # pylance keeps working over our remapped indices (and the reverse)
         lance.write_dataset(_chunk(5000, 700), uri, mode="append")
         pylance.dataset(uri).optimize.optimize_indices()
@@ -196,3 +198,24 @@ def test_a_rewrite_mixing_indexed_and_unindexed_fragments_is_refused(tmp_path):
     with pytest.raises(InvalidInputError, match="mixes fragments"):
         lance.Compaction.commit(uri, [result])
     assert lance.dataset(uri).version == ds.version
+
+
+def test_bitmap_and_label_list_hold_stable_row_ids_as_pylance(tmp_path):
+    """With stable row ids pylance 14's BITMAP and LABEL_LIST hold row ids (kept by compaction), not addresses."""
+    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
+    for i in range(3):
+        lance.write_dataset(_chunk(i * 400, 400), ours, mode="append" if i else "create", enable_stable_row_ids=True)
+    lance.dataset(ours).delete("id % 5 = 1")
+    lance.dataset(ours).optimize.compact_files()  # row ids no longer equal addresses
+    lance.write_dataset(_chunk(1200, 100), ours, mode="append")
+    shutil.copytree(ours, theirs)
+    for uri, open_ in ((ours, lance.dataset), (theirs, pylance.dataset)):
+        open_(uri).create_scalar_index("k", "BITMAP")
+        open_(uri).create_scalar_index("tags", "LABEL_LIST")
+    mine, pylances = _index_files(ours, ["k_idx", "tags_idx"]), _index_files(theirs, ["k_idx", "tags_idx"])
+    assert sorted(mine) == sorted(pylances) == ["k_idx/bitmap_page_lookup.lance", "tags_idx/bitmap_page_lookup.lance"]
+    for name in mine:
+        assert mine[name].equals(pylances[name]), name
+    _check(ours, expect_indexed=False)
+    for query in ("k = 7", "array_has_any(tags, [2])"):
+        assert "ScalarIndexQuery" in pylance.dataset(ours).scanner(filter=query).explain_plan(), query
