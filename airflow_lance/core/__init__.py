@@ -35,6 +35,7 @@ from airflow_lance.core.errors import (
 from airflow_lance.core.evolution import BatchUDF, BatchUDFCheckpoint, batch_udf
 from airflow_lance.core.fragment import DataFile, DeletionFile, FragmentMetadata
 from airflow_lance.core.history import DEFAULT_IDEMPOTENCY_LOOKBACK, LandedSearch, find_landed_version
+from airflow_lance.core.indices import unindexed_rows
 from airflow_lance.core.kartothek import (
     KartothekError,
     KartothekImportPlan,
@@ -67,6 +68,7 @@ from airflow_lance.core.transaction import IDEMPOTENCY_KEY, LanceOperation, Tran
 from airflow_lance.core.write import write_fragments
 
 __all__ = [
+    "unindexed_rows",
     "AddColumnsPlan",
     "AmbiguousMergeInsertError",
     "BatchUDF",

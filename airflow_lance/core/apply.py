@@ -35,6 +35,8 @@ from airflow_lance.core.transaction import LanceOperation
 from airflow_lance.core.write import DEFAULT_STORAGE_VERSION as DEFAULT_DATA_STORAGE_VERSION
 
 WRITER_LIBRARY = layout.WRITER_LIBRARY
+#: Index types holding stable row ids (not addresses) on datasets with stable row ids (pylance 14).
+_ROW_ID_TYPES = ("/lance.table.BitmapIndexDetails", "/lance.table.LabelListIndexDetails")
 
 
 @dataclasses.dataclass
@@ -315,6 +317,7 @@ def _apply_rewrite(op: LanceOperation.Rewrite, base: ManifestFile | None, ctx: A
         elif item is not None:
             manifest.fragments.append(item)
     remapped = {i.old_id: i for i in op.rewritten_indices}
+    stable = _has_stable_row_ids(base.manifest)
 
     def edit(index: table_pb2.IndexMetadata, bitmap: pyroaring.BitMap) -> pyroaring.BitMap:
         remap = remapped.get(str(uuid_lib.UUID(bytes=index.uuid.uuid))) if index.uuid.uuid else None
@@ -323,14 +326,17 @@ def _apply_rewrite(op: LanceOperation.Rewrite, base: ManifestFile | None, ctx: A
             index.index_details.type_url = remap.new_details_type_url
             index.index_details.value = remap.new_details_value
             index.index_version = remap.new_index_version
+            if remap.new_index_files:
+                del index.files[:]
+                index.files.extend(remap.new_index_files)
         result = pyroaring.BitMap(bitmap)
         for old_ids, new_ids in replaced:
             inside = old_ids <= set(bitmap)
             result -= pyroaring.BitMap(old_ids)
-            # The index still covers the rows only if it was remapped. Not even with stable row
-            # ids: pylance 14 scalar indices store row addresses (fragment << 32 | offset) there
-            # too and remap them on compaction, so stale coverage would return wrong rows.
-            if inside and remap is not None:
+            # The index still covers the rows only if it was remapped, or (stable row ids) if it
+            # holds row ids: pylance 14's BITMAP and LABEL_LIST there; its BTREE holds row
+            # addresses (fragment << 32 | offset) also there and is remapped on compaction.
+            if inside and (remap is not None or (stable and index.index_details.type_url in _ROW_ID_TYPES)):
                 result |= pyroaring.BitMap(new_ids)
         return result
 

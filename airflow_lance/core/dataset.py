@@ -661,6 +661,14 @@ class LanceDataset:
 
         create_scalar_index(self, column, index_type, name, replace=replace)
 
+    def optimize_indices(self, *, num_indices_to_merge: int | None = None, index_names: Sequence[str] | None = None,
+                         retrain: bool = False) -> None:
+        """pylance 14's ``optimize_indices``: fold unindexed fragments into the scalar indices
+        (``num_indices_to_merge`` 0: a delta segment; n: merge the n newest segments; default 1)."""
+        from airflow_lance.core.indices import optimize_indices
+
+        optimize_indices(self, num_indices_to_merge=num_indices_to_merge, index_names=index_names, retrain=retrain)
+
     def drop_index(self, name: str) -> None:
         """Drop every entry of the index ``name`` (one CreateIndex transaction, as pylance 14)."""
         from airflow_lance.core.indices import drop_index

@@ -179,6 +179,7 @@ class LanceOperation:
         new_details_type_url: str
         new_details_value: bytes
         new_index_version: int
+        new_index_files: Sequence[table_pb2.IndexFile] = ()
 
     @dataclasses.dataclass
     class Rewrite(BaseOperation):
@@ -201,6 +202,7 @@ class LanceOperation:
                     any_pb2.Any(type_url=index.new_details_type_url, value=index.new_details_value)
                 )
                 pb.new_index_version = index.new_index_version
+                pb.new_index_files.extend(index.new_index_files)
 
         def touched_fragment_ids(self) -> set[int]:
             return {f.id for group in self.groups for f in group.old_fragments}
@@ -391,6 +393,7 @@ def _rewrite_from_pb(pb: transaction_pb2.Transaction.Rewrite) -> LanceOperation.
             i.new_index_details.type_url,
             i.new_index_details.value,
             i.new_index_version,
+            list(i.new_index_files),
         )
         for i in pb.rewritten_indices
     ]

@@ -12,6 +12,7 @@ event; an ``AssetAlias`` in ``outlets`` receives the dataset's event as well.
 * :class:`LanceCompactFilesOperator`: compaction planned and committed in the worker, the
   rewrite tasks run in the worker (mode ``local``) or on Spark executors (mode ``spark``);
   skips the task when there is nothing to compact.
+* :class:`LanceOptimizeIndicesOperator`: ``optimize_indices`` when indices miss new rows.
 * :class:`LanceCleanupOldVersionsOperator`: ``cleanup_old_versions`` (with ``dry_run``).
 * :class:`LanceCreateTagOperator` / :class:`LanceDeleteTagOperator`.
 * :class:`LanceRestoreOperator`: make an old version (or tag) the latest one.
@@ -210,7 +211,8 @@ class LanceCompactFilesOperator(_LanceMaintenanceOperator):
     compaction task (mode ``spark``: the Lance code is shipped to the executors as for
     :class:`~airflow_lance.operators.spark_write.LanceSparkWriteOperator`), and the worker
     commits all of them as one Rewrite, or nothing: one new version in either mode (the
-    new fragments get their ids at commit; no separate fragment-id reservation). The
+    new fragments get their ids at commit), two when scalar indices cover rewritten fragments
+    (a ``ReserveFragments`` first, then the Rewrite with the indices remapped, as pylance). The
     commit uses the plan's read version: a delete committed concurrently fails the task
     with a retryable conflict (the files written for it are removed), it never brings
     deleted rows back; a concurrent append is compatible.
@@ -239,7 +241,8 @@ class LanceCompactFilesOperator(_LanceMaintenanceOperator):
     "fragments_removed", "fragments_added", "files_removed", "files_added", "rows", "bytes",
     "fragments_skipped_indexed", "versions_created", "seconds"}`` and sets it as the extra of
     the dataset's asset event. ``version`` is the compaction's version (the dataset's version
-    when there was nothing to compact), ``versions_created`` 1 (0 when nothing was committed).
+    when there was nothing to compact), ``versions_created`` 1 (2 with remapped indices, 0 when
+    nothing was committed).
     ``files_removed`` counts the files the compaction dropped from the dataset: they stay in
     storage, referenced by older versions, until :class:`LanceCleanupOldVersionsOperator`
     removes those versions.
@@ -480,6 +483,79 @@ class LanceCleanupOldVersionsOperator(_LanceMaintenanceOperator):
             if stats.failed_deletes:
                 self.log.warning("%d files could not be deleted", stats.failed_deletes)
         return self._emit(context, summary)
+
+
+class LanceOptimizeIndicesOperator(_LanceMaintenanceOperator):
+    """Fold fragments appended since an index was built into it (pylance's ``optimize_indices``).
+
+    Scalar indices (BTREE, BITMAP, LABEL_LIST) get a delta segment over the unindexed fragments
+    (``num_indices_to_merge=0``) or the ``num_indices_to_merge`` newest segments and the
+    unindexed fragments merged into one (default 1, as pylance 14; ``retrain``: all segments);
+    one ``CreateIndex`` version. Runs only when some index leaves more than
+    ``min_unindexed_rows`` live rows unindexed (or with ``retrain``); otherwise it commits
+    nothing and returns ``optimized`` false (the task is not skipped, so what follows it runs).
+
+    :param uri: the dataset (URI, local path, ``lance+`` asset URI or name below the
+        connection's root). (templated)
+    :param index_names: the indices to optimize (default: all). (templated)
+    :param num_indices_to_merge: pylance's ``num_indices_to_merge`` (None: 1). (templated)
+    :param retrain: merge every segment of each index into one. (templated)
+    :param min_unindexed_rows: optimize only when an index misses more rows than this. (templated)
+    :param lance_conn_id: the ``lance`` connection.
+
+    Returns ``{"uri", "version", "read_version", "optimized", "unindexed_rows_before",
+    "unindexed_rows_after", "num_segments"}`` (``unindexed_rows_*`` and ``num_segments`` per
+    index name) and sets it as the extra of the dataset's asset event.
+    """
+
+    template_fields: Sequence[str] = ("uri", "index_names", "num_indices_to_merge", "retrain", "min_unindexed_rows")
+    creates_version = True
+
+    def __init__(
+        self,
+        *,
+        uri: str,
+        index_names: Sequence[str] | None = None,
+        num_indices_to_merge: int | str | None = None,
+        retrain: bool | str = False,
+        min_unindexed_rows: int | str = 0,
+        lance_conn_id: str | None = DEFAULT_CONN_ID,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(uri=uri, lance_conn_id=lance_conn_id, **kwargs)
+        self.index_names = index_names
+        self.num_indices_to_merge = num_indices_to_merge
+        self.retrain = retrain
+        self.min_unindexed_rows = min_unindexed_rows
+
+    @staticmethod
+    def _state(ds: lance.LanceDataset, names: Sequence[str] | None) -> tuple[dict[str, int], dict[str, int]]:
+        segments: dict[str, int] = {}
+        for index in ds.list_indices():
+            if names is None or index["name"] in names:
+                segments[index["name"]] = segments.get(index["name"], 0) + 1
+        return {name: lance.unindexed_rows(ds, name) for name in segments}, segments
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        merge = _as_optional_int("num_indices_to_merge", self.num_indices_to_merge)
+        threshold = _as_optional_int("min_unindexed_rows", self.min_unindexed_rows) or 0
+        retrain = _as_bool("retrain", self.retrain)
+        names = None if self.index_names is None else list(self.index_names)
+        self.hook.check_writable(self.uri)
+        ds = self.hook.get_dataset(self.uri)
+        read_version = ds.version
+        before, _ = self._state(ds, names)
+        optimized = retrain or any(rows > threshold for rows in before.values())
+        if optimized:
+            ds.optimize_indices(num_indices_to_merge=merge, index_names=names, retrain=retrain)
+            optimized = ds.version != read_version
+        after, segments = self._state(ds, names)
+        self.log.info("%s %s: unindexed rows per index %s -> %s, segments %s (version %d -> %d)", ds.uri,
+                      "indices optimized" if optimized else f"indices left alone (threshold {threshold} rows)",
+                      before, after, segments, read_version, ds.version)
+        summary = {"uri": ds.uri, "version": ds.version, "read_version": read_version, "optimized": optimized,
+                   "unindexed_rows_before": before, "unindexed_rows_after": after, "num_segments": segments}
+        return self._emit(context, summary) if optimized else summary
 
 
 class LanceCreateTagOperator(_LanceMaintenanceOperator):

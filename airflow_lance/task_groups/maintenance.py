@@ -1,4 +1,4 @@
-"""The maintenance task group: stats -> compact if needed -> cleanup.
+"""The maintenance task group: stats -> compact if needed -> optimize indices (opt-in) -> cleanup.
 
 ::
 
@@ -14,6 +14,9 @@ Inside the group (ids prefixed with ``group_id``):
   ``min_small_fragments`` / ``min_deleted_row_ratio`` are given, at least one of those
   thresholds is reached; otherwise it goes straight to ``cleanup``;
 * ``compact`` (:class:`~airflow_lance.operators.maintenance.LanceCompactFilesOperator`);
+* ``optimize_indices`` (:class:`~airflow_lance.operators.maintenance.LanceOptimizeIndicesOperator`),
+  only when ``min_unindexed_rows`` is given: after compaction (or a skipped one), folds new
+  fragments into the indices when one misses more than ``min_unindexed_rows`` rows;
 * ``cleanup`` (:class:`~airflow_lance.operators.maintenance.LanceCleanupOldVersionsOperator`),
   which runs after compaction or after a skipped one (trigger rule
   ``none_failed_min_one_success``), never after a failed one.
@@ -33,6 +36,7 @@ from airflow_lance.operators.maintenance import (
     LanceCleanupOldVersionsOperator,
     LanceCompactFilesOperator,
     LanceDatasetStatsOperator,
+    LanceOptimizeIndicesOperator,
 )
 
 
@@ -67,6 +71,8 @@ def lance_maintenance_task_group(
     tooltip: str = "Lance maintenance: stats -> compact if needed -> cleanup",
     compaction_mode: str = "local",
     compaction_spark_kwargs: Mapping[str, Any] | None = None,
+    min_unindexed_rows: int | str | None = None,
+    num_indices_to_merge: int | str | None = None,
 ) -> TaskGroup:
     """Build the maintenance task group in the current DAG (see the module docstring).
 
@@ -93,6 +99,9 @@ def lance_maintenance_task_group(
     :param compaction_mode: ``local`` or ``spark`` (rewrite tasks on Spark executors). (templated)
     :param compaction_spark_kwargs: Spark arguments of the compaction task (``spark_conn_id``,
         ``conf``, ``spark_binary``, ``spark_submit_kwargs``).
+    :param min_unindexed_rows: add the ``optimize_indices`` step, optimizing when an index misses
+        more than this many rows (None: no index step). (templated)
+    :param num_indices_to_merge: pylance's ``num_indices_to_merge`` of that step (None: 1). (templated)
     """
     with TaskGroup(group_id=group_id, tooltip=tooltip) as group:
         stats = LanceDatasetStatsOperator(
@@ -118,16 +127,28 @@ def lance_maintenance_task_group(
             lance_conn_id=lance_conn_id,
             trigger_rule="none_failed_min_one_success",
         )
-        stats_id, compact_id, cleanup_id = stats.task_id, compact.task_id, cleanup.task_id
+        after_compaction = cleanup
+        if min_unindexed_rows is not None:
+            after_compaction = LanceOptimizeIndicesOperator(
+                task_id="optimize_indices",
+                uri=uri,
+                min_unindexed_rows=min_unindexed_rows,
+                num_indices_to_merge=num_indices_to_merge,
+                lance_conn_id=lance_conn_id,
+                trigger_rule="none_failed_min_one_success",
+            )
+        stats_id, compact_id, next_id = stats.task_id, compact.task_id, after_compaction.task_id
 
         def _decide(ti: Any) -> str:
             result = ti.xcom_pull(task_ids=stats_id)
             if should_compact(result, min_small_fragments=min_small_fragments,
                               min_deleted_row_ratio=min_deleted_row_ratio):
                 return compact_id
-            return cleanup_id
+            return next_id
 
         decide = BranchPythonOperator(task_id="decide", python_callable=_decide)
-        stats >> decide >> [compact, cleanup]
-        compact >> cleanup
+        stats >> decide >> [compact, after_compaction]
+        compact >> after_compaction
+        if after_compaction is not cleanup:
+            after_compaction >> cleanup
     return group

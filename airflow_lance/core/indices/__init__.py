@@ -1,7 +1,8 @@
 """Indices: the manifest's index section, scalar index files in pylance 14's format, and the
 operations on them (one module each): ``list_indices``/``describe_indices`` (:mod:`.describe`),
 ``create_scalar_index`` (:mod:`.create`, files by :mod:`.btree` and :mod:`.bitmap`),
-``drop_index`` (:mod:`.drop`)."""
+``drop_index`` (:mod:`.drop`), ``optimize_indices`` (:mod:`.optimize`); compaction remaps
+scalar indices with :mod:`.remap`."""
 
 from airflow_lance.core.indices.create import create_scalar_index
 from airflow_lance.core.indices.describe import (
@@ -11,6 +12,7 @@ from airflow_lance.core.indices.describe import (
     list_indices,
 )
 from airflow_lance.core.indices.drop import drop_index
+from airflow_lance.core.indices.optimize import optimize_indices, unindexed_rows
 
 __all__ = [
     "IndexDescription",
@@ -19,4 +21,6 @@ __all__ = [
     "describe_indices",
     "drop_index",
     "list_indices",
+    "optimize_indices",
+    "unindexed_rows",
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid as uuid_lib
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -104,13 +105,23 @@ def resolve_name(current: LanceDataset, column: str, field_id: int, index_type: 
     return name, existing
 
 
-def _build(current: LanceDataset, column: str, field_id: int, index_type: str, name: str | None,
-           replace: bool) -> LanceOperation.CreateIndex:
-    name, existing = resolve_name(current, column, field_id, index_type, name, replace)
-    table = current.scanner(columns=[column], with_row_address=True).to_table()
-    values = table.column(column).combine_chunks()
-    addrs = table.column("_rowaddr").to_numpy().astype(np.uint64, copy=False)
+def build_index(current: LanceDataset, column: str, field_id: int, index_type: str, name: str,
+                fragment_ids: Sequence[int] | None = None, dataset_version: int | None = None
+                ) -> table_pb2.IndexMetadata:
+    """Write the files of an index over ``column`` in ``fragment_ids`` (default: every fragment) of
+    ``current`` under a new ``_indices/{uuid}/`` and return its ``IndexMetadata``."""
     stable = bool(current.manifest_file.manifest.reader_feature_flags & feature_flags.STABLE_ROW_IDS)
+    # pylance 14 on datasets with stable row ids: BTREE holds row addresses, BITMAP and LABEL_LIST
+    # hold the stable row ids (which compaction keeps, so only BTREE is remapped then).
+    by_id = stable and index_type != "BTREE"
+    fragments = list(current._fragments)
+    if fragment_ids is not None:
+        wanted = set(fragment_ids)
+        fragments = [f for f in fragments if f.id in wanted]
+    table = current.scanner(columns=[column], with_row_id=by_id, with_row_address=not by_id,
+                            fragments=[current.get_fragment(f.id) for f in fragments]).to_table()
+    values = table.column(column).combine_chunks()
+    addrs = table.column("_rowid" if by_id else "_rowaddr").to_numpy().astype(np.uint64, copy=False)
     if index_type == "BTREE":
         files, type_url, version = btree.build(values, addrs), btree.TYPE_URL, btree.index_version(stable)
     elif index_type == "BITMAP":
@@ -121,12 +132,20 @@ def _build(current: LanceDataset, column: str, field_id: int, index_type: str, n
     written = [write_index_file(current.store, uuid, file_name, data, current.data_storage_version)
                for file_name, data in files.items()]
     index = table_pb2.IndexMetadata(
-        fields=[field_id], name=name, dataset_version=current.version,
-        fragment_bitmap=pyroaring.BitMap(f.id for f in current._fragments).serialize(),
+        fields=[field_id], name=name,
+        dataset_version=current.version if dataset_version is None else dataset_version,
+        fragment_bitmap=pyroaring.BitMap(f.id for f in fragments).serialize(),
         index_version=version, created_at=int(time.time() * 1000), files=written,
     )
     index.uuid.uuid = uuid_lib.UUID(uuid).bytes
     index.index_details.type_url = type_url
+    return index
+
+
+def _build(current: LanceDataset, column: str, field_id: int, index_type: str, name: str | None,
+           replace: bool) -> LanceOperation.CreateIndex:
+    name, existing = resolve_name(current, column, field_id, index_type, name, replace)
+    index = build_index(current, column, field_id, index_type, name)
     return LanceOperation.CreateIndex(new_indices=[index], removed_indices=existing)
 
 

@@ -11,8 +11,9 @@ one of the ``retain_versions`` slots without being a version worth keeping.
 No id is needed before the commit, in this process or on Spark executors:
 data file names are random, new fragments have no deletion file, and the
 row-id sequences they carry (stable row ids) hold row ids, not addresses.
-Lance reserves ids before its commit only to remap index row addresses,
-which this implementation does not do (indexed fragments are left alone).
+Ids are reserved before the commit (one ``ReserveFragments`` version, as
+pylance 14 does) only when an index covering rewritten fragments must be
+remapped: its new row addresses name the new fragments.
 
 The Rewrite is committed with the **plan's read_version**, never the latest:
 the commit protocol then checks every version committed since the plan, so a
@@ -24,6 +25,7 @@ unchanged.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -33,7 +35,15 @@ from airflow_lance.core._proto import table_pb2
 from airflow_lance.core.commit import commit_transaction
 from airflow_lance.core.errors import CommitConflictError, InvalidInputError, VersionNotFoundError
 from airflow_lance.core.fragment import FragmentMetadata
-from airflow_lance.core.manifest import ManifestFile, read_latest_manifest, read_manifest
+from airflow_lance.core.indices import remap
+from airflow_lance.core.indices.metadata import fragment_bitmap, index_uuid, parse_section
+from airflow_lance.core.manifest import (
+    ManifestFile,
+    data_storage_version,
+    next_fragment_id,
+    read_latest_manifest,
+    read_manifest,
+)
 from airflow_lance.core.optimize.results import CompactionMetrics, RewriteResult
 from airflow_lance.core.optimize.source import has_stable_row_ids
 from airflow_lance.core.optimize.task import same_fragment
@@ -158,6 +168,64 @@ def _source(store: ObjectStore, read_version: int) -> ManifestFile:
         raise CommitConflictError(f"version {read_version} the compaction read was cleaned up; re-plan") from exc
 
 
+def _indices_to_remap(latest: ManifestFile, results: Sequence[RewriteResult], stable: bool
+                      ) -> list[table_pb2.IndexMetadata]:
+    """Indices covering a rewritten fragment whose row addresses must be remapped."""
+    touched = {f.id for r in results for f in r.old_fragments}
+    out = []
+    for index in parse_section(latest):
+        covered = fragment_bitmap(index) if index.fragment_bitmap else None
+        if covered is not None and not touched & set(covered):
+            continue
+        for result in results if remap.needs_remap(index, stable) else ():
+            inside = {f.id in covered for f in result.old_fragments} if covered is not None else {True}
+            if len(inside) > 1:  # Lance refuses this too
+                raise InvalidInputError(
+                    f"a rewrite group mixes fragments index {index.name!r} covers and fragments it does not"
+                )
+        if not remap.can_remap(index):
+            raise CommitConflictError(
+                f"index {index.name!r} ({index.index_details.type_url}) covering rewritten fragments cannot be "
+                "remapped (it was created after the compaction was planned?); re-plan the compaction"
+            )
+        if remap.needs_remap(index, stable):
+            out.append(index)
+    return out
+
+
+def _remap(store: ObjectStore, latest: ManifestFile, results: Sequence[RewriteResult],
+           indices: Sequence[table_pb2.IndexMetadata]
+           ) -> tuple[ManifestFile, list[LanceOperation.RewriteGroup], list[LanceOperation.RewrittenIndex]]:
+    """As pylance 14: reserve ids for the new fragments (one ``ReserveFragments`` version), then write
+    every index with its row addresses remapped to them; returns the reservation's manifest, the
+    groups with the reserved ids and the ``rewritten_indices``."""
+    count = sum(len(r.new_fragments) for r in results)
+    groups: list[LanceOperation.RewriteGroup] = []
+    next_id = 0
+    if count:
+        reserved = commit_transaction(
+            store, Transaction(latest.version, LanceOperation.ReserveFragments(count)), latest_known=latest
+        )
+        next_id = next_fragment_id(reserved.manifest) - count
+        latest = reserved
+    for result in results:
+        new = []
+        for fragment in result.new_fragments:
+            new.append(dataclasses.replace(fragment, id=next_id))
+            next_id += 1
+        groups.append(LanceOperation.RewriteGroup(list(result.old_fragments), new))
+    mapping = remap.AddressMap.build(store, [(g.old_fragments, g.new_fragments) for g in groups])
+    version = data_storage_version(latest.manifest)
+    rewritten = []
+    for index in indices:
+        new_uuid, files = remap.remap_index(store, index, mapping, version)
+        rewritten.append(LanceOperation.RewrittenIndex(
+            index_uuid(index), new_uuid, index.index_details.type_url, index.index_details.value,
+            index.index_version, files))
+    log.info("compaction remapped %d indices: %s", len(rewritten), ", ".join(i.name for i in indices))
+    return latest, groups, rewritten
+
+
 def commit_compaction(
     store: ObjectStore, rewrites: Sequence[RewriteResult | Mapping[str, Any] | str]
 ) -> CompactionMetrics:
@@ -184,10 +252,17 @@ def commit_compaction(
         return _metrics(results, landed, 0)
     _check_old(latest.manifest, pending, CommitConflictError)
     _check_new_files(store, pending, has_stable_row_ids(source.manifest))
-    # New fragments keep id 0: the commit gives them ids above the latest max_fragment_id.
-    groups = [LanceOperation.RewriteGroup(list(r.old_fragments), list(r.new_fragments)) for r in pending]
+    stable = has_stable_row_ids(source.manifest)
+    to_remap = _indices_to_remap(latest, pending, stable)
+    planned_on = latest.version
+    if to_remap:
+        latest, groups, rewritten = _remap(store, latest, pending, to_remap)
+    else:
+        # New fragments keep id 0: the commit gives them ids above the latest max_fragment_id.
+        groups = [LanceOperation.RewriteGroup(list(r.old_fragments), list(r.new_fragments)) for r in pending]
+        rewritten = []
     committed = commit_transaction(
-        store, Transaction(read_version, LanceOperation.Rewrite(groups)), latest_known=latest
+        store, Transaction(read_version, LanceOperation.Rewrite(groups, rewritten)), latest_known=latest
     )
     log.info(
         "compaction committed as version %d: %d fragments -> %d",
@@ -195,4 +270,4 @@ def commit_compaction(
         sum(len(r.old_fragments) for r in pending),
         sum(len(r.new_fragments) for r in pending),
     )
-    return _metrics(results, committed.version, 1)
+    return _metrics(results, committed.version, 1 + int(latest.version != planned_on))

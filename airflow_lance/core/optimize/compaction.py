@@ -164,3 +164,10 @@ class DatasetOptimizer:
         if metrics.versions_created and not isinstance(self._dataset, (str, os.PathLike)):
             self._dataset._advance(self._dataset.checkout_version(metrics.version))
         return metrics
+
+    def optimize_indices(self, **kwargs: Any) -> None:
+        """pylance's ``ds.optimize.optimize_indices(...)`` (see :mod:`airflow_lance.core.indices.optimize`)."""
+        from airflow_lance.core.dataset import dataset as open_dataset
+
+        target = open_dataset(self._dataset) if isinstance(self._dataset, (str, os.PathLike)) else self._dataset
+        target.optimize_indices(**kwargs)

@@ -14,11 +14,11 @@ Fragments are visited in manifest order (insertion order is kept):
 * budgets (``max_source_fragments``, ``max_source_rows``) keep tasks in order
   until the next one would exceed them.
 
-One difference from Lance: this implementation cannot rewrite index files
-with remapped row addresses, so tasks over indexed fragments are dropped and
-counted in ``fragments_skipped_indexed``. Stable row ids do not help: pylance
-14's scalar indices store row *addresses* (``fragment << 32 | offset``) even on
-datasets with stable row ids, and pylance remaps them when it compacts.
+Fragments covered by BTREE, BITMAP and LABEL_LIST indices are compacted: the
+commit remaps those indices (:mod:`airflow_lance.core.indices.remap`). Tasks
+over fragments covered by an index of another type (vector, FTS, ...), or by
+one without a fragment bitmap, are dropped and counted in
+``fragments_skipped_indexed``.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from airflow_lance.core import feature_flags
 from airflow_lance.core._proto import table_pb2
 from airflow_lance.core.errors import InvalidInputError, UnsupportedFeatureError
 from airflow_lance.core.fragment import FragmentMetadata
+from airflow_lance.core.indices.remap import can_remap
 from airflow_lance.core.manifest import ManifestFile
 from airflow_lance.core.optimize.options import CompactionOptions
 from airflow_lance.core.optimize.results import load_json_object
@@ -115,19 +116,20 @@ class _Bin:
                 return groups
 
 
-def _index_coverage(manifest_file: ManifestFile) -> list[pyroaring.BitMap | None]:
-    """Fragment bitmap of every index; None when an index has none (it may cover anything)."""
+def _index_coverage(manifest_file: ManifestFile) -> list[tuple[pyroaring.BitMap | None, bool]]:
+    """(fragment bitmap, remappable) of every index; bitmap None when an index has none (it may cover anything)."""
     if not manifest_file.index_section:
         return []
     section = table_pb2.IndexSection()
     section.ParseFromString(manifest_file.index_section)
-    coverage: list[pyroaring.BitMap | None] = []
+    coverage: list[tuple[pyroaring.BitMap | None, bool]] = []
     for index in section.indices:
         if index.name == FRAG_REUSE_INDEX_NAME:
             raise UnsupportedFeatureError(
                 "the dataset has a fragment reuse index (deferred index remapping); compact it with pylance"
             )
-        coverage.append(pyroaring.BitMap.deserialize(index.fragment_bitmap) if index.fragment_bitmap else None)
+        coverage.append((pyroaring.BitMap.deserialize(index.fragment_bitmap) if index.fragment_bitmap else None,
+                         can_remap(index)))
     return coverage
 
 
@@ -142,7 +144,7 @@ def _candidacy(fragment: FragmentMetadata, options: CompactionOptions) -> Candid
 
 
 def _bins(
-    fragments: list[FragmentMetadata], coverage: list[pyroaring.BitMap | None], options: CompactionOptions
+    fragments: list[FragmentMetadata], coverage: list[tuple[pyroaring.BitMap | None, bool]], options: CompactionOptions
 ) -> list[_Bin]:
     """Runs of consecutive candidates covered by the same indices (format notes 11.2)."""
     excluded = set(options.excluded_fragment_ids)
@@ -155,7 +157,7 @@ def _bins(
                 bins.append(current)
                 current = None
             continue
-        indices = tuple(i for i, bitmap in enumerate(coverage) if bitmap is None or fragment.id in bitmap)
+        indices = tuple(i for i, (bitmap, _) in enumerate(coverage) if bitmap is None or fragment.id in bitmap)
         if current is not None and current.indices != indices:
             bins.append(current)
             current = None
@@ -192,11 +194,12 @@ def plan_compaction(uri: str, manifest_file: ManifestFile, options: CompactionOp
     fragments = [FragmentMetadata.from_pb(pb) for pb in manifest.fragments]
     groups: list[list[FragmentMetadata]] = []
     skipped = 0
-    for candidate in _bins(fragments, _index_coverage(manifest_file), options):
+    coverage = _index_coverage(manifest_file)
+    for candidate in _bins(fragments, coverage, options):
         if candidate.is_noop():
             continue
         split = candidate.split_for_size(options.target_rows_per_fragment)
-        if candidate.indices:
+        if not all(coverage[i][1] for i in candidate.indices):
             skipped += len(candidate.fragments)
             continue
         groups.extend(split)
@@ -205,6 +208,6 @@ def plan_compaction(uri: str, manifest_file: ManifestFile, options: CompactionOp
         feature_flags.check_writable(manifest, uri)
         resolve_storage_version(None, manifest_file)
     if skipped:
-        log.info("compaction leaves %d fragments alone because an index covers them", skipped)
+        log.info("compaction leaves %d fragments alone: an index that cannot be remapped covers them", skipped)
     tasks = tuple(CompactionTask(manifest.version, tuple(group), options) for group in groups)
     return CompactionPlan(manifest.version, tasks, options, skipped)

@@ -14,6 +14,7 @@ from airflow_lance.operators.maintenance import (
     LanceCreateTagOperator,
     LanceDatasetStatsOperator,
     LanceDeleteTagOperator,
+    LanceOptimizeIndicesOperator,
     LanceRestoreOperator,
 )
 from airflow_lance.task_groups.maintenance import lance_maintenance_task_group
@@ -52,6 +53,14 @@ with DAG("lance_test_tags_restore", **ARGS) as tags_restore_dag:
 with DAG("lance_test_maintenance_group", **ARGS) as maintenance_group_dag:
     lance_maintenance_task_group(uri=URI, compaction_options={"target_rows_per_fragment": "{{ params.target }}"},
                                  cleanup_older_than=0, delete_unverified=True, outlets=[ALIAS])
+
+with DAG("lance_test_index_group", **{**ARGS, "params": {**ARGS["params"], "min_unindexed": 50}}) as index_group_dag:
+    lance_maintenance_task_group(uri=URI, compaction_options={"target_rows_per_fragment": "{{ params.target }}"},
+                                 cleanup_older_than=0, delete_unverified=True,
+                                 min_unindexed_rows="{{ params.min_unindexed }}")
+
+with DAG("lance_test_optimize_indices", **ARGS) as optimize_indices_dag:
+    LanceOptimizeIndicesOperator(task_id="optimize", uri=URI, num_indices_to_merge=0, outlets=[ALIAS])
 
 with DAG("lance_test_compact_spark", **ARGS) as compact_spark_dag:
     LanceCompactFilesOperator(task_id="compact", uri=URI, mode="spark", outlets=[ALIAS],

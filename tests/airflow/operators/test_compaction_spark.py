@@ -53,6 +53,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory, spark_submit_spy: SparkSubmit
     root = tmp_path_factory.mktemp("compact-spark")
     uri = str(root / "small.lance")
     _small_fragments(uri)
+    pylance.dataset(uri).create_scalar_index("id", "BTREE")  # remapped by the commit in the worker
     shutil.copytree(uri, root / "local.lance")
     local_metrics = lance.compact_files(str(root / "local.lance"), target_rows_per_fragment=100)
     expected = pylance.dataset(uri).to_table()
@@ -74,13 +75,15 @@ def runs(tmp_path_factory: pytest.TempPathFactory, spark_submit_spy: SparkSubmit
                           broken_version_before, spark_submit_spy)
 
 
+@pytest.mark.filterwarnings("ignore:The 'list_indices' method is deprecated:DeprecationWarning")
 def test_spark_compaction_keeps_rows_and_order_and_matches_the_local_compaction(runs: CompactionRuns) -> None:
     assert task_instances(runs.good)["compact"].state == "success"
     result = xcom_value(runs.good, "compact")
     assert result["mode"] == "spark" and result["read_version"] == runs.version_before
     after = pylance.dataset(runs.uri)
-    # one version in spark mode too: the executors never need fragment ids, the commit assigns them
-    assert (result["version"], result["versions_created"]) == (after.version, 1) == (runs.version_before + 1, 1)
+    # the executors never need fragment ids: the worker reserves them (one version, as pylance does
+    # when an index must be remapped) and commits the Rewrite with the remapped index
+    assert (result["version"], result["versions_created"]) == (after.version, 2) == (runs.version_before + 2, 2)
     assert after.to_table() == runs.expected  # same rows, same order, deletions materialised
     assert sum(f.count_rows() for f in after.get_fragments()) == runs.expected.num_rows
     assert all(f.deletion_file() is None for f in after.get_fragments())
@@ -89,6 +92,11 @@ def test_spark_compaction_keeps_rows_and_order_and_matches_the_local_compaction(
     assert result["fragments_before"] == 12 and result["fragments_after"] == len(after.get_fragments())
     txn = lance.dataset(runs.uri).read_transaction()
     assert txn is not None and txn.kind == "rewrite" and txn.read_version == runs.version_before
+    (index,) = after.list_indices()
+    assert sorted(index["fragment_ids"]) == [f.fragment_id for f in after.get_fragments()]
+    for query in ("id = 50", "id >= 100 AND id < 230", "id > 280"):
+        assert "ScalarIndexQuery" in after.scanner(filter=query).explain_plan()
+        assert after.to_table(filter=query) == after.to_table(filter=query, use_scalar_index=False)
 
 
 def test_spark_compaction_emits_the_asset_event_and_leaves_no_staged_result(runs: CompactionRuns) -> None:

@@ -1,0 +1,221 @@
+"""Index maintenance: compaction remaps scalar indices, optimize_indices folds new fragments in.
+
+pylance 14 is the oracle: after our appends, optimize_indices, compaction (with and without
+stable row ids), deletes and cleanup, its indexed queries (plan shows a ScalarIndexQuery) equal
+full scans, on indices we built and on indices it built; our remapped index files hold what its
+own compaction writes; its compaction and optimize_indices keep working over ours.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import glob
+import os
+import shutil
+
+import lance as pylance
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+import airflow_lance.core as lance
+from airflow_lance.core._proto import transaction_pb2
+from airflow_lance.core.errors import IndexNotFoundError, InvalidInputError
+from airflow_lance.core.file import LanceFileReader
+from airflow_lance.core.indices import unindexed_rows
+from airflow_lance.core.indices.remap import AddressMap
+
+pytestmark = pytest.mark.filterwarnings("ignore:The 'list_indices' method is deprecated:DeprecationWarning")
+
+QUERIES = ["k = 7", "k IS NULL", "id >= 3990 AND id < 4020", "s = 'v3'", "array_has_any(tags, [2])",
+           "array_has_any(tags, [11])", "id IN (1, 999, 2500, 4999)"]
+
+
+def _chunk(start: int, n: int) -> pa.Table:
+    ids = np.arange(start, start + n, dtype=np.int64)
+    k = ids % 13
+    return pa.table({
+        "id": ids,
+        "k": pa.array(k, pa.int64(), mask=ids % 17 == 0),
+        "s": pa.array([f"v{v % 5}" for v in ids], pa.string()),
+        "tags": pa.array([[int(v % 7), int(v % 11)] if v % 23 else None for v in ids], pa.list_(pa.int64())),
+    })
+
+
+def _check(uri: str, expect_indexed: bool = True) -> None:
+    ds = pylance.dataset(uri)
+    for query in QUERIES:
+        indexed = ds.to_table(filter=query).sort_by("id")
+        full = ds.to_table(filter=query, use_scalar_index=False).sort_by("id")
+        assert indexed.equals(full), query
+        if expect_indexed and not query.startswith("s "):
+            assert "ScalarIndexQuery" in ds.scanner(filter=query).explain_plan(), query
+
+
+def _indexed_dataset(uri: str, stable: bool, pylance_index: bool = True) -> None:
+    for i in range(4):
+        lance.write_dataset(_chunk(i * 1250, 1250), uri, mode="append" if i else "create",
+                            enable_stable_row_ids=stable, max_rows_per_file=625)
+    ds = lance.dataset(uri)
+    ds.create_scalar_index("id", "BTREE")
+    ds.create_scalar_index("k", "BITMAP")
+    ds.create_scalar_index("tags", "LABEL_LIST")
+    if pylance_index:  # an index pylance built, maintained by us
+        pylance.dataset(uri).create_scalar_index("k", "BTREE", name="k_btree")
+    lance.dataset(uri).delete("id % 10 = 3")
+
+
+def _index_files(uri: str, names: list[str]) -> dict[str, pa.Table]:
+    out = {}
+    for index in lance.dataset(uri).list_indices():
+        if index["name"] in names:
+            for path in glob.glob(os.path.join(uri, "_indices", index["uuid"], "*.lance")):
+                reader = LanceFileReader(pa.OSFile(path), path=path)
+                table = reader.read()
+                key = [(c, "ascending") for c in table.schema.names if c != "bitmaps"]
+                out[f"{index['name']}/{os.path.basename(path)}"] = table.sort_by(key)
+    return out
+
+
+def _last_txn(uri: str) -> transaction_pb2.Transaction:
+    ds = lance.dataset(uri)
+    txn = transaction_pb2.Transaction()
+    with open(os.path.join(uri, "_transactions", ds.manifest_file.manifest.transaction_file), "rb") as f:
+        txn.ParseFromString(f.read())
+    return txn
+
+
+@pytest.mark.parametrize("stable", [False, True])
+def test_compaction_remaps_indices_as_pylance(tmp_path, stable):
+    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
+    _indexed_dataset(ours, stable)
+    shutil.copytree(ours, theirs)
+    metrics = lance.dataset(ours).optimize.compact_files(target_rows_per_fragment=100_000)
+    pylance.dataset(theirs).optimize.compact_files(target_rows_per_fragment=100_000)
+    assert metrics.fragments_skipped_indexed == 0 and metrics.versions_created == 2
+    a, b = pylance.dataset(ours), pylance.dataset(theirs)
+    assert a.version == b.version and [f.fragment_id for f in a.get_fragments()] == [8]
+    shape = [(i["name"], i["type"], i["fields"], i["version"], i["fragment_ids"]) for i in a.list_indices()]
+    assert shape == [(i["name"], i["type"], i["fields"], i["version"], i["fragment_ids"]) for i in b.list_indices()]
+    txn_a, txn_b = _last_txn(ours), _last_txn(theirs)
+    summary = [
+        [(i.new_index_details.type_url, i.new_index_version, [f.path for f in i.new_index_files])
+         for i in t.rewrite.rewritten_indices] for t in (txn_a, txn_b)
+    ]
+    assert sorted(summary[0]) == sorted(summary[1]) and len(summary[0]) == (2 if stable else 4)  # stable: BTREEs only
+    names = [i["name"] for i in a.list_indices()]
+    mine, pylances = _index_files(ours, names), _index_files(theirs, names)
+    assert sorted(mine) == sorted(pylances)
+    for name in mine:
+        if name.endswith("bitmap_page_lookup.lance"):  # bitmaps compared decoded, keys as they are
+            assert mine[name].column("keys").equals(pylances[name].column("keys")), name
+        else:
+            assert mine[name].equals(pylances[name]), name
+    _check(ours, expect_indexed=False)
+    for query in ("k = 7", "array_has_any(tags, [2])"):
+        assert "ScalarIndexQuery" in pylance.dataset(ours).scanner(filter=query).explain_plan(), query
+    for uri in (ours, theirs):  # pylance keeps working over our remapped indices (and the reverse)
+        lance.write_dataset(_chunk(5000, 700), uri, mode="append")
+        pylance.dataset(uri).optimize.optimize_indices()
+        lance.dataset(uri).delete("id % 10 = 4")
+        pylance.dataset(uri).optimize.compact_files(target_rows_per_fragment=100_000)
+        _check(uri)
+    lance.write_dataset(_chunk(6000, 300), theirs, mode="append")
+    lance.dataset(theirs).optimize_indices(num_indices_to_merge=0)
+    lance.dataset(theirs).optimize.compact_files(target_rows_per_fragment=100_000)
+    lance.dataset(theirs).cleanup_old_versions(older_than=dt.timedelta(0))
+    _check(theirs)
+
+
+def test_address_map_moves_live_rows_and_drops_deleted_ones(tmp_path):
+    uri = str(tmp_path / "d")
+    lance.write_dataset(_chunk(0, 30), uri, max_rows_per_file=10)
+    lance.dataset(uri).delete("id = 12 OR id = 15")
+    old = [f.metadata for f in lance.dataset(uri).get_fragments()]
+    new = [lance.fragment.FragmentMetadata(9, old[1].files, 18)]
+    mapping = AddressMap.build(lance.dataset(uri).store, [(old[1:], new)])
+    addrs = np.array([5, (1 << 32) | 1, (1 << 32) | 2, (1 << 32) | 3, (2 << 32) | 9], np.uint64)
+    keep, moved = mapping.apply(addrs)
+    assert keep.tolist() == [True, True, False, True, True]
+    assert moved.tolist() == [5, (9 << 32) | 1, (9 << 32) | 2, (9 << 32) | 17]
+
+
+def test_an_index_we_cannot_remap_keeps_its_fragments(tmp_path):
+    uri = str(tmp_path / "d")
+    for i in range(3):
+        lance.write_dataset(_chunk(i * 100, 100), uri, mode="append" if i else "create")
+    pylance.dataset(uri).create_scalar_index("s", "NGRAM")
+    lance.write_dataset(_chunk(300, 100), uri, mode="append")
+    lance.write_dataset(_chunk(400, 100), uri, mode="append")
+    metrics = lance.dataset(uri).optimize.compact_files()
+    assert (metrics.fragments_skipped_indexed, metrics.fragments_removed, metrics.versions_created) == (3, 2, 1)
+    ds = pylance.dataset(uri)
+    assert [sorted(i["fragment_ids"]) for i in ds.list_indices()] == [[0, 1, 2]]
+    assert ds.to_table(filter="contains(s, 'v3')").num_rows == 100
+
+
+@pytest.mark.parametrize("stable", [False, True])
+def test_optimize_indices_as_pylance(tmp_path, stable):
+    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
+    for uri, open_ in ((ours, lance.dataset), (theirs, pylance.dataset)):
+        lance.write_dataset(_chunk(0, 1000), uri, enable_stable_row_ids=stable)
+        open_(uri).create_scalar_index("id", "BTREE")
+        open_(uri).create_scalar_index("tags", "LABEL_LIST")
+        for i, merge in enumerate([0, None, 0, 2]):
+            lance.write_dataset(_chunk(1000 + 300 * i, 300), uri, mode="append")
+            lance.dataset(uri).delete(f"id = {1000 + 300 * i + 5}")
+            open_(uri).optimize.optimize_indices(num_indices_to_merge=merge)
+            shape = [(x["name"], x["version"], sorted(x["fragment_ids"])) for x in pylance.dataset(uri).list_indices()]
+            if uri == theirs:
+                assert shape == expected[i], (i, merge, shape, expected[i])
+            else:
+                expected = locals().get("expected", []) + [shape]
+        _check(uri, expect_indexed=False)
+    ds = lance.dataset(ours)
+    lance.write_dataset(_chunk(5000, 50), ours, mode="append")
+    assert unindexed_rows(lance.dataset(ours), "id_idx") == 50
+    version = lance.dataset(ours).version
+    lance.dataset(ours).optimize_indices(retrain=True)
+    assert [len(d.segments) for d in pylance.dataset(ours).describe_indices()] == [1, 1]
+    lance.dataset(ours).optimize_indices()  # nothing left to fold in: no new version
+    assert lance.dataset(ours).version == version + 1
+    with pytest.raises(IndexNotFoundError):
+        ds.optimize_indices(index_names=["nope"])
+    with pytest.raises(InvalidInputError):
+        ds.optimize_indices(num_indices_to_merge=-1)
+    assert pc.sum(pylance.dataset(ours).to_table(filter="id >= 5000", columns=["id"]).column(0)).as_py() == sum(
+        range(5000, 5050))
+
+
+def test_a_rewrite_mixing_indexed_and_unindexed_fragments_is_refused(tmp_path):
+    uri = str(tmp_path / "d")
+    lance.write_dataset(_chunk(0, 100), uri)
+    lance.dataset(uri).create_scalar_index("id", "BTREE")
+    lance.write_dataset(_chunk(100, 100), uri, mode="append")
+    ds = lance.dataset(uri)
+    result = lance.CompactionTask(ds.version, tuple(f.metadata for f in ds.get_fragments())).execute(uri)
+    with pytest.raises(InvalidInputError, match="mixes fragments"):
+        lance.Compaction.commit(uri, [result])
+    assert lance.dataset(uri).version == ds.version
+
+
+def test_bitmap_and_label_list_hold_stable_row_ids_as_pylance(tmp_path):
+    """With stable row ids pylance 14's BITMAP and LABEL_LIST hold row ids (kept by compaction), not addresses."""
+    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
+    for i in range(3):
+        lance.write_dataset(_chunk(i * 400, 400), ours, mode="append" if i else "create", enable_stable_row_ids=True)
+    lance.dataset(ours).delete("id % 5 = 1")
+    lance.dataset(ours).optimize.compact_files()  # row ids no longer equal addresses
+    lance.write_dataset(_chunk(1200, 100), ours, mode="append")
+    shutil.copytree(ours, theirs)
+    for uri, open_ in ((ours, lance.dataset), (theirs, pylance.dataset)):
+        open_(uri).create_scalar_index("k", "BITMAP")
+        open_(uri).create_scalar_index("tags", "LABEL_LIST")
+    mine, pylances = _index_files(ours, ["k_idx", "tags_idx"]), _index_files(theirs, ["k_idx", "tags_idx"])
+    assert sorted(mine) == sorted(pylances) == ["k_idx/bitmap_page_lookup.lance", "tags_idx/bitmap_page_lookup.lance"]
+    for name in mine:
+        assert mine[name].equals(pylances[name]), name
+    _check(ours, expect_indexed=False)
+    for query in ("k = 7", "array_has_any(tags, [2])"):
+        assert "ScalarIndexQuery" in pylance.dataset(ours).scanner(filter=query).explain_plan(), query
