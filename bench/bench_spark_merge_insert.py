@@ -1,12 +1,14 @@
 """Merge insert on Spark vs pylance's ``merge_insert``: 200k changed + 100k new rows into 2M.
 
 Usage: python bench/bench_spark_merge_insert.py [--rows 2000000] [--changed 200000] [--new 100000]
-                                                [--partitions N] [--json out.json]
+                                                [--partitions N] [--repeats 3] [--submit]
+                                                [--json out.json]
 
 Two identical copies of a ``--rows`` dataset (``id`` int64, ``value`` float64, ``label`` string,
 ``embedding`` fixed_size_list<float32>[16]; 1M-row fragments, as pylance writes by default), and a
-Parquet source with ``--changed`` existing ids spread over the table and ``--new`` new ones. One run
-each (after an untimed warm-up of the Spark session on a small dataset):
+Parquet source with ``--changed`` existing ids spread over the table and ``--new`` new ones.
+``--repeats`` interleaved rounds on fresh copies (after an untimed warm-up of the Spark session
+on a small dataset); the best time of each side is compared:
 
 * ``spark``: the merge-insert job (``airflow_lance.spark.merge_insert.run_merge_insert`` in a
   ``local[2]`` session: read the target's keys and row addresses, join, write the new fragments and
@@ -14,7 +16,9 @@ each (after an untimed warm-up of the Spark session on a small dataset):
 * ``pylance``: ``pq.read_table(source)`` then ``merge_insert("id").when_matched_update_all()
   .when_not_matched_insert_all().execute(...)``.
 
-Both results are checked equal (counts and the sorted table). Ratio > 1: Spark is faster.
+Both results are checked equal in every round (counts and the sorted table). Ratio > 1: Spark is
+faster. ``--submit`` also times an empty ``spark-submit`` (JVM start, session, one task, stop): the
+fixed cost the operator adds to the job.
 """
 
 from __future__ import annotations
@@ -67,12 +71,32 @@ def spark_merge(spark, uri: str, source: str, root: str, partitions: int | None)
     return result.counts
 
 
+def spark_submit_seconds(root: str) -> float:
+    """Seconds of a spark-submit (local[2]) whose job only starts a session and stops: the fixed
+    cost the operator pays on top of the job."""
+    import subprocess
+
+    script = pathlib.Path(root) / "noop_job.py"
+    script.write_text("from pyspark.sql import SparkSession\n"
+                      "spark = SparkSession.builder.getOrCreate()\n"
+                      "spark.sparkContext.parallelize(range(2), 2).count()\n"
+                      "spark.stop()\n")
+    submit = pathlib.Path(sys.executable).parent / "spark-submit"
+    start = time.perf_counter()
+    subprocess.run([str(submit), "--master", "local[2]", "--conf", "spark.ui.enabled=false", str(script)],
+                   check=True, capture_output=True)
+    return time.perf_counter() - start
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--changed", type=int, default=200_000)
     parser.add_argument("--new", type=int, default=100_000)
     parser.add_argument("--partitions", type=int, default=None)
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds; best of each side")
+    parser.add_argument("--rows-per-file", type=int, default=1024 * 1024)
+    parser.add_argument("--submit", action="store_true", help="also time an empty spark-submit (fixed cost)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -82,10 +106,8 @@ def main() -> None:
 
     root = tempfile.mkdtemp(prefix="bench-merge-insert-")
     try:
-        target = make_table(np.arange(args.rows), 1)
-        ours, theirs = f"{root}/ours.lance", f"{root}/theirs.lance"
-        lance.write_dataset(target, ours)
-        shutil.copytree(ours, theirs)
+        base = f"{root}/base.lance"
+        lance.write_dataset(make_table(np.arange(args.rows), 1), base, max_rows_per_file=args.rows_per_file)
         rng = np.random.default_rng(2)
         changed = np.sort(rng.choice(args.rows, args.changed, replace=False))
         ids = np.concatenate([changed, np.arange(args.rows, args.rows + args.new)])
@@ -96,29 +118,50 @@ def main() -> None:
         pq.write_table(make_table(np.arange(5_000, 15_000), 5), f"{root}/warm.parquet")
 
         spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+                 .config("spark.ui.showConsoleProgress", "false")
                  .config("spark.sql.shuffle.partitions", "4").config("spark.driver.memory", "4g").getOrCreate())
         spark.sparkContext.setLogLevel("ERROR")
         spark_merge(spark, warm, f"{root}/warm.parquet", root, args.partitions)  # warm-up, untimed
 
-        start = time.perf_counter()
-        spark_counts = spark_merge(spark, ours, source, root, args.partitions)
-        spark_seconds = time.perf_counter() - start
+        times: dict[str, list[float]] = {"spark": [], "pylance": []}
+        for round_ in range(args.repeats):
+            order = ("spark", "pylance") if round_ % 2 == 0 else ("pylance", "spark")
+            for side in order:
+                uri = f"{root}/{side}-{round_}.lance"
+                shutil.copytree(base, uri)
+                os.sync()
+                start = time.perf_counter()
+                if side == "spark":
+                    spark_counts = spark_merge(spark, uri, source, root, args.partitions)
+                else:
+                    table = pq.read_table(source)
+                    pylance_counts = pylance.dataset(uri).merge_insert("id").when_matched_update_all() \
+                        .when_not_matched_insert_all().execute(table)
+                times[side].append(time.perf_counter() - start)
+            ours, theirs = f"{root}/spark-{round_}.lance", f"{root}/pylance-{round_}.lance"
+            assert {k: pylance_counts[k] for k in spark_counts} == spark_counts, (spark_counts, pylance_counts)
+            assert pylance.dataset(ours).to_table().sort_by("id").equals(
+                pylance.dataset(theirs).to_table().sort_by("id"))
+            shutil.rmtree(ours)
+            shutil.rmtree(theirs)
         spark.stop()
+        submit = spark_submit_seconds(root) if args.submit else None
 
-        start = time.perf_counter()
-        table = pq.read_table(source)
-        ds = pylance.dataset(theirs)
-        pylance_counts = ds.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(table)
-        pylance_seconds = time.perf_counter() - start
-
-        assert {k: pylance_counts[k] for k in spark_counts} == spark_counts, (spark_counts, pylance_counts)
-        assert pylance.dataset(ours).to_table().sort_by("id").equals(pylance.dataset(theirs).to_table().sort_by("id"))
+        spark_seconds, pylance_seconds = min(times["spark"]), min(times["pylance"])
         result = {"rows": args.rows, "changed": args.changed, "new": args.new, "counts": spark_counts,
-                  "spark_seconds": round(spark_seconds, 2), "pylance_seconds": round(pylance_seconds, 2),
-                  "ratio_pylance_over_spark": round(pylance_seconds / spark_seconds, 2)}
-        print(f"merge insert of {args.changed:,} changed + {args.new:,} new rows into {args.rows:,}: "
-              f"spark {spark_seconds:.2f} s, pylance {pylance_seconds:.2f} s, "
+                  "repeats": args.repeats, "spark_seconds": [round(t, 2) for t in times["spark"]],
+                  "pylance_seconds": [round(t, 2) for t in times["pylance"]],
+                  "ratio_pylance_over_spark": round(pylance_seconds / spark_seconds, 2),
+                  "empty_spark_submit_seconds": None if submit is None else round(submit, 2)}
+        print(f"merge insert of {args.changed:,} changed + {args.new:,} new rows into {args.rows:,} "
+              f"(best of {args.repeats}, interleaved): spark job {spark_seconds:.2f} s, "
+              f"pylance {pylance_seconds:.2f} s, "
               f"ratio {pylance_seconds / spark_seconds:.2f}x (>1: Spark faster); results equal")
+        print(f"  all runs: spark {result['spark_seconds']}, pylance {result['pylance_seconds']}")
+        if submit is not None:
+            print(f"  an empty spark-submit (JVM, session, one task, stop): {submit:.2f} s; "
+                  f"job + spark-submit {spark_seconds + submit:.2f} s, "
+                  f"ratio {pylance_seconds / (spark_seconds + submit):.2f}x")
         if args.json:
             pathlib.Path(args.json).write_text(json.dumps(result, indent=2))
     finally:

@@ -34,6 +34,7 @@ from airflow_lance.core.merge_insert import condition_mask
 from airflow_lance.core.scan import apply_filter
 from airflow_lance.core.schema import LanceSchema
 from airflow_lance.core.update import carry_row_ids, delete_offsets, moved_row_ids
+from airflow_lance.spark import merge_keys
 from airflow_lance.spark.conform import harmonize
 from airflow_lance.spark.merge_insert_spec import MergeInsertJobResult, MergeInsertJobSpec, unique
 from airflow_lance.spark.read import read_lance
@@ -237,8 +238,6 @@ def count_and_check(classified: DataFrame, spec: MergeInsertJobSpec) -> dict[int
 
 def run_merge_insert(spark: SparkSession, spec: MergeInsertJobSpec) -> MergeInsertJobResult:
     """Run the merge insert on the executors and stage its result; return it."""
-    from pyspark import StorageLevel
-
     from airflow_lance.core.filter import referenced_columns, to_expression
     from airflow_lance.spark.job import load_source
 
@@ -258,20 +257,10 @@ def run_merge_insert(spark: SparkSession, spec: MergeInsertJobSpec) -> MergeInse
         to_expression(spec.by_source_expr, arrow)  # a bad filter fails here, before anything runs
         target_columns += referenced_columns(spec.by_source_expr, arrow)
     target_columns = unique(target_columns)
-    classified = _join(spark, spec, source, target_columns)
-    if spec.matched_condition is not None or spec.by_source_expr is not None:
-        classified = classified.mapInArrow(functools.partial(
-            refine_kinds, uri=spec.uri, storage_options=dict(spec.storage_options), read_version=spec.read_version,
-            source_columns=source_columns, target_columns=target_columns,
-            condition=spec.matched_condition, by_source_expr=spec.by_source_expr), classified.schema)
-    classified = classified.persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        counts = count_and_check(classified, spec)
-        new_fragments = _write_rows(spark, spec, classified, ds, source_columns, target_columns,
-                                    counts.get(UPDATED, 0) + counts.get(INSERTED, 0))
-        updated, removed = _write_deletions(spark, spec, classified, ds)
-    finally:
-        classified.unpersist()
+    if merge_keys.applies(spec, source_columns, names):
+        new_fragments, updated, removed, counts = merge_keys.run(spark, spec, source, ds)
+    else:
+        new_fragments, updated, removed, counts = _run_joined(spark, spec, source, ds, source_columns, target_columns)
     check_row_count(new_fragments, counts.get(UPDATED, 0) + counts.get(INSERTED, 0), spec.uri)
     result = MergeInsertJobResult(
         spec_digest=spec.digest(),
@@ -287,6 +276,30 @@ def run_merge_insert(spark: SparkSession, spec: MergeInsertJobSpec) -> MergeInse
     )
     result.save(spec.staging_root, spec.staging_name, spec.storage_options)
     return result
+
+
+def _run_joined(spark: SparkSession, spec: MergeInsertJobSpec, source: DataFrame, ds: Any,
+                source_columns: Sequence[str], target_columns: Sequence[str],
+                ) -> tuple[list[FragmentMetadata], list[FragmentMetadata], list[int], dict[int, int]]:
+    """The general plan (a partial source, a condition, deletes by source): Spark joins the
+    source with the target's keys, row addresses and the columns the clauses need."""
+    from pyspark import StorageLevel
+
+    classified = _join(spark, spec, source, target_columns)
+    if spec.matched_condition is not None or spec.by_source_expr is not None:
+        classified = classified.mapInArrow(functools.partial(
+            refine_kinds, uri=spec.uri, storage_options=dict(spec.storage_options), read_version=spec.read_version,
+            source_columns=source_columns, target_columns=target_columns,
+            condition=spec.matched_condition, by_source_expr=spec.by_source_expr), classified.schema)
+    classified = classified.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        counts = count_and_check(classified, spec)
+        new_fragments = _write_rows(spark, spec, classified, ds, source_columns, target_columns,
+                                    counts.get(UPDATED, 0) + counts.get(INSERTED, 0))
+        updated, removed = _write_deletions(spark, spec, classified, ds)
+    finally:
+        classified.unpersist()
+    return new_fragments, updated, removed, counts
 
 
 def _write_rows(spark: SparkSession, spec: MergeInsertJobSpec, classified: DataFrame, ds: Any,

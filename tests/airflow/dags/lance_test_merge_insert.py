@@ -1,7 +1,8 @@
 """Test DAG: LanceSparkMergeInsertOperator on real spark-submit: an upsert whose first try fails
 after the commit, a conditional update with deletes by source from a partial Lance source, duplicate
-source keys, a concurrent append, a concurrent delete of rows the merge replaces (a retryable
-conflict), and a failing Spark job. Paths come from LANCE_TEST_ROOT, set by the test."""
+source keys and a concurrent append; in ``lance_test_merge_insert_slow`` (make stress) a
+concurrent delete of rows the merge replaces (a retryable conflict) and a failing Spark job. Paths
+come from LANCE_TEST_ROOT, set by the test."""
 
 from __future__ import annotations
 
@@ -54,9 +55,14 @@ with DAG("lance_test_merge_insert", schedule=None, start_date=dt.datetime(2025, 
         on_failure_callback=record_failure, **common)
     concurrent_append = with_concurrent_commit(LanceSparkMergeInsertOperator, append_concurrently)(
         task_id="concurrent_append", uri=f"{ROOT}/appended.lance", source_path=f"{ROOT}/upsert.parquet", **common)
+    upsert >> conditional >> duplicates >> concurrent_append
+
+# make stress (tests marked slow): a concurrent delete that makes the job run again, a failing job
+# (the update operator's test covers a failing Spark job in make test)
+with DAG("lance_test_merge_insert_slow", schedule=None, start_date=dt.datetime(2025, 1, 1), catchup=False) as slow:
     concurrent_delete = with_concurrent_commit(LanceSparkMergeInsertOperator, delete_concurrently)(
         task_id="concurrent_delete", uri=f"{ROOT}/conflict.lance", source_path=f"{ROOT}/upsert.parquet", **common)
     job_fails = LanceSparkMergeInsertOperator(
         task_id="job_fails", uri=f"{ROOT}/duplicates.lance", source_path=f"{ROOT}/no-such-source.parquet",
         on_failure_callback=record_failure, **common)
-    upsert >> conditional >> duplicates >> concurrent_append >> concurrent_delete >> job_fails
+    concurrent_delete >> job_fails

@@ -1,7 +1,9 @@
 """Test DAG of LanceSparkAddColumnsOperator: Spark SQL expressions and functions on 2.0 and 2.2
 datasets (with deletions, stable row ids), a backfill of appended fragments, a retry after the
 commit landed, a failing function, an append landing while the job runs, and refusals before
-Spark runs. Paths come from LANCE_TEST_ROOT, set by the test before parsing."""
+Spark runs; ``lance_test_spark_add_columns_slow`` (make stress): a pandas function, a Spark SQL
+backfill of a fragment the core appended, a function Spark rejects. Paths come from LANCE_TEST_ROOT,
+set by the test before parsing."""
 
 from __future__ import annotations
 
@@ -65,26 +67,11 @@ with DAG("lance_test_spark_add_columns", schedule=None, start_date=dt.datetime(2
                                            **common)
     udf_v22 = LanceSparkAddColumnsOperator(task_id="udf_v22", uri="v22.lance", function="spark_udfs:embed",
                                            input_columns=["id", "label"], py_files=UDFS, **common)
-    pandas_v22 = LanceSparkAddColumnsOperator(task_id="pandas_v22", uri="v22.lance", function="spark_udfs:score_pandas",
-                                              function_input="pandas", input_columns=["id"],
-                                              output_schema={"score": "float64"}, py_files=UDFS, **common)
     backfill = LanceSparkAddColumnsOperator(task_id="backfill", uri=f"{ROOT}/backfill.lance",
                                             function="spark_udfs:score", output_schema={"score": "float64"},
                                             input_columns=["id"], only_missing=True, py_files=UDFS, **common)
-    backfill_again = LanceSparkAddColumnsOperator(task_id="backfill_again", uri=f"{ROOT}/backfill.lance",
-                                                  # a decimal, cast to the column's double
-                                                  expressions={"score": "id * 0.5"},
-                                                  only_missing=True, **common)
     backfill_nothing = LanceSparkAddColumnsOperator(task_id="backfill_nothing", uri=f"{ROOT}/backfill.lance",
                                                     expressions={"score": "id * 0.5"}, only_missing=True, **common)
-
-    @task(task_id="append_without_score")
-    def append_without_score() -> None:
-        """New rows written without the score column (their fragment lacks it)."""
-        lance.write_dataset(pa.table({"id": pa.array(range(600, 650), pa.int64()),
-                                      "label": [f"row-{i}" for i in range(600, 650)]}),
-                            f"{ROOT}/backfill.lance", mode="append")
-
     retry = FailAfterCommit(task_id="retry_after_commit", uri=f"{ROOT}/retry.lance", function="spark_udfs:score",
                             input_columns=["id"], py_files=UDFS, retries=1, **common)
     retry_staged = FailBeforeCommit(task_id="retry_before_commit", uri=f"{ROOT}/staged.lance",
@@ -102,10 +89,30 @@ with DAG("lance_test_spark_add_columns", schedule=None, start_date=dt.datetime(2
                                            expressions={"x": "id +* 2"}, **common)
     bad_function = LanceSparkAddColumnsOperator(task_id="bad_function", uri=f"{ROOT}/fails.lance",
                                                 function="no_module_function", **common)
-    spark_rejects = LanceSparkAddColumnsOperator(task_id="spark_rejects", uri=f"{ROOT}/fails.lance",
-                                                 expressions={"x": "no_such_function(id)"}, **common)
     window_refused = LanceSparkAddColumnsOperator(task_id="window_refused", uri=f"{ROOT}/fails.lance",
                                                   expressions={"x": "sum(id) OVER ()"}, **common)
-    (unknown_input >> existing >> bad_sql >> bad_function >> sql_v20 >> udf_v22 >> pandas_v22 >> backfill
-     >> append_without_score() >> backfill_again >> backfill_nothing >> retry >> retry_staged >> fails >> spark_rejects
-     >> window_refused >> concurrent)
+    (unknown_input >> existing >> bad_sql >> bad_function >> sql_v20 >> udf_v22 >> backfill >> backfill_nothing
+     >> retry >> retry_staged >> fails >> window_refused >> concurrent)
+
+# make stress (tests marked slow): a pandas function, a Spark SQL backfill of a fragment the core
+# appended (a decimal cast to the column's double), a function Spark rejects
+with DAG("lance_test_spark_add_columns_slow", schedule=None, start_date=dt.datetime(2025, 1, 1),
+         catchup=False) as slow:
+    pandas_v22 = LanceSparkAddColumnsOperator(task_id="pandas_v22", uri="v22.lance", function="spark_udfs:score_pandas",
+                                              function_input="pandas", input_columns=["id"],
+                                              output_schema={"score": "float64"}, py_files=UDFS, **common)
+
+    @task(task_id="append_without_score")
+    def append_without_score() -> None:
+        """New rows written without the score column (their fragment lacks it)."""
+        lance.write_dataset(pa.table({"id": pa.array(range(600, 650), pa.int64()),
+                                      "label": [f"row-{i}" for i in range(600, 650)]}),
+                            f"{ROOT}/backfill.lance", mode="append")
+
+    backfill_again = LanceSparkAddColumnsOperator(task_id="backfill_again", uri=f"{ROOT}/backfill.lance",
+                                                  # a decimal, cast to the column's double
+                                                  expressions={"score": "id * 0.5"},
+                                                  only_missing=True, **common)
+    spark_rejects = LanceSparkAddColumnsOperator(task_id="spark_rejects", uri=f"{ROOT}/fails.lance",
+                                                 expressions={"x": "no_such_function(id)"}, **common)
+    pandas_v22 >> append_without_score() >> backfill_again >> spark_rejects

@@ -1,7 +1,8 @@
 """LanceSparkMergeInsertOperator through ``dag.test()`` with real ``spark-submit`` on ``local[2]``,
 each case against pylance's ``merge_insert`` on an identical copy of a dataset pylance wrote
 (stable row ids, deletions in place). One run of ``tests/airflow/dags/lance_test_merge_insert.py``
-is shared by the assertions."""
+is shared by the assertions; the concurrent delete and the failing job run in a second DAG of that
+file, in make stress (``--run-slow``)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from lance_airflow_testing import SparkSubmitSpy, connection_env, load_dag, task
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "dags"))
 from lance_test_merge_insert import BY_SOURCE, CONDITION, appended_rows  # noqa: E402
 
-NAMES = ("upsert", "conditional", "duplicates", "appended", "conflict")
+NAMES = ("upsert", "conditional", "duplicates", "appended")
+SLOW_NAMES = ("conflict", "duplicates")
 COUNTS = ("num_inserted_rows", "num_updated_rows", "num_deleted_rows")
 
 
@@ -70,23 +72,39 @@ class MergeRun:
         return json.loads((self.root / "failures" / f"{task_id}.json").read_text())
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory, spark_submit_spy: SparkSubmitSpy) -> MergeRun:
-    root = tmp_path_factory.mktemp("merge-insert")
-    for name in NAMES:
+def _prepare(root: pathlib.Path, names: tuple[str, ...]) -> None:
+    for name in names:
         ds = pylance.write_dataset(_target(), str(root / "oracle" / f"{name}.lance"), max_rows_per_file=500,
                                    enable_stable_row_ids=True)
         ds.delete("id IN (7, 1501, 1999)")
         shutil.copytree(root / "oracle" / f"{name}.lance", root / f"{name}.lance")
     pq.write_table(_source([*range(1500, 2500), None]), root / "upsert.parquet")
-    pq.write_table(_partial(), root / "partial.parquet")  # the oracle's copy of the Lance source
-    pylance.write_dataset(_partial(), str(root / "partial-source.lance"), max_rows_per_file=250)
-    pq.write_table(_source([1, 2, 2, 3]), root / "duplicates.parquet")
+
+
+def _run_dag(root: pathlib.Path, dag_id: str, spy: SparkSubmitSpy) -> MergeRun:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LANCE_TEST_ROOT", str(root))
         mp.setenv(*connection_env("lance_test", conn_type="lance", host=str(root)))
-        dag_run = load_dag("lance_test_merge_insert.py", "lance_test_merge_insert").test()
-    return MergeRun(root, dag_run, task_instances(dag_run), spark_submit_spy)
+        dag_run = load_dag("lance_test_merge_insert.py", dag_id).test()
+    return MergeRun(root, dag_run, task_instances(dag_run), spy)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory, spark_submit_spy: SparkSubmitSpy) -> MergeRun:
+    root = tmp_path_factory.mktemp("merge-insert")
+    _prepare(root, NAMES)
+    pq.write_table(_partial(), root / "partial.parquet")  # the oracle's copy of the Lance source
+    pylance.write_dataset(_partial(), str(root / "partial-source.lance"), max_rows_per_file=250)
+    pq.write_table(_source([1, 2, 2, 3]), root / "duplicates.parquet")
+    return _run_dag(root, "lance_test_merge_insert", spark_submit_spy)
+
+
+@pytest.fixture(scope="module")
+def slow_run(tmp_path_factory: pytest.TempPathFactory, spark_submit_spy: SparkSubmitSpy) -> MergeRun:
+    """The second DAG (make stress): a concurrent delete that makes the job run again, a failing job."""
+    root = tmp_path_factory.mktemp("merge-insert-slow")
+    _prepare(root, SLOW_NAMES)
+    return _run_dag(root, "lance_test_merge_insert_slow", spark_submit_spy)
 
 
 def _rows(ds: pylance.LanceDataset) -> dict[str, list[Any]]:
@@ -171,7 +189,9 @@ def test_rows_appended_during_the_job_are_kept(run: MergeRun) -> None:
     assert _spark_runs(run, "concurrent_append") == 1
 
 
-def test_a_concurrent_delete_of_replaced_rows_makes_the_job_run_again(run: MergeRun) -> None:
+@pytest.mark.slow
+def test_a_concurrent_delete_of_replaced_rows_makes_the_job_run_again(slow_run: MergeRun) -> None:
+    run = slow_run
     assert run.tis["concurrent_delete"].state == "success"
     oracle = run.oracle("conflict")
     oracle.delete("id = 1600")
@@ -186,7 +206,9 @@ def test_a_concurrent_delete_of_replaced_rows_makes_the_job_run_again(run: Merge
     assert _spark_runs(run, "concurrent_delete") == 2
 
 
-def test_a_failed_job_commits_nothing(run: MergeRun) -> None:
+@pytest.mark.slow
+def test_a_failed_job_commits_nothing(slow_run: MergeRun) -> None:
+    run = slow_run
     assert run.tis["job_fails"].state == "failed"
     failure = run.failure("job_fails")
     assert failure["type"] == "LanceSparkJobError" and "nothing was committed" in failure["message"]

@@ -1,7 +1,9 @@
 """LanceSparkAddColumnsOperator through ``dag.test()`` with real ``spark-submit`` on ``local[2]``;
 pylance's ``add_columns`` with the same expressions / functions on identical copies is the oracle.
 
-One run of ``tests/airflow/dags/lance_test_spark_add_columns.py`` is shared by the assertions.
+One run of ``tests/airflow/dags/lance_test_spark_add_columns.py`` is shared by the assertions; a
+pandas function, a Spark SQL backfill and a function Spark rejects run in a second DAG of that file,
+in make stress (``--run-slow``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import spark_udfs  # noqa: E402
 
 SECRET = "S3cr3t-add-columns-never-logged-5b2e"
 EXPRESSIONS = {"doubled": "id * 2", "shout": "upper(label)"}
+#: the tasks of the second DAG (make stress)
+SLOW_TASKS = ("pandas_v22", "backfill_again", "spark_rejects")
 
 
 def _table(start: int, rows: int) -> pa.Table:
@@ -47,30 +51,57 @@ class Run:
         return json.loads((self.root / "failures" / f"{task_id}.json").read_text())
 
 
+def _versioned(root: pathlib.Path, names: tuple[str, ...]) -> dict[str, int]:
+    return {name: pylance.dataset(str(root / f"{name}.lance")).version for name in names}
+
+
+def _v22(uri: Any) -> None:
+    pylance.write_dataset(_table(0, 1000), uri("v22"), max_rows_per_file=300, data_storage_version="2.2",
+                          enable_stable_row_ids=True)
+    pylance.dataset(uri("v22")).delete("id % 7 = 1 OR id BETWEEN 310 AND 320")
+    shutil.copytree(uri("v22"), uri("v22_oracle"))
+
+
+def _scored(uri: str) -> None:
+    pylance.write_dataset(_table(0, 400), uri, max_rows_per_file=200)
+    pylance.dataset(uri).add_columns(spark_udfs.score, read_columns=["id"])
+
+
+def _run_dag(root: pathlib.Path, dag_id: str, versions: dict[str, int], spy: SparkSubmitSpy) -> Run:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LANCE_TEST_ROOT", str(root))
+        mp.setenv(*connection_env("lance_test", conn_type="lance", host=str(root),
+                                  extra={"storage_options": {"aws_secret_access_key": SECRET}}))
+        dag_run = load_dag("lance_test_spark_add_columns.py", dag_id).test()
+    return Run(root, versions, dag_run, task_instances(dag_run), spy)
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory, spark_submit_spy: SparkSubmitSpy) -> Run:
     root = tmp_path_factory.mktemp("spark-add-columns")
     uri = lambda name: str(root / f"{name}.lance")  # noqa: E731
     pylance.write_dataset(_table(0, 1000), uri("v20"), max_rows_per_file=250, data_storage_version="2.0")
     pylance.dataset(uri("v20")).delete("id % 9 = 4")
-    pylance.write_dataset(_table(0, 1000), uri("v22"), max_rows_per_file=300, data_storage_version="2.2",
-                          enable_stable_row_ids=True)
-    pylance.dataset(uri("v22")).delete("id % 7 = 1 OR id BETWEEN 310 AND 320")
-    for name in ("v20", "v22"):
-        shutil.copytree(uri(name), uri(f"{name}_oracle"))
-    pylance.write_dataset(_table(0, 400), uri("backfill"), max_rows_per_file=200)
-    pylance.dataset(uri("backfill")).add_columns(spark_udfs.score, read_columns=["id"])
+    shutil.copytree(uri("v20"), uri("v20_oracle"))
+    _v22(uri)
+    _scored(uri("backfill"))
     pylance.write_dataset(_table(400, 200), uri("backfill"), mode="append", max_rows_per_file=100)
     for name in ("retry", "staged", "fails", "concurrent"):
         pylance.write_dataset(_table(0, 400), uri(name), max_rows_per_file=100)
-    versions = {name: pylance.dataset(uri(name)).version for name in
-                ("v20", "v22", "backfill", "retry", "staged", "fails", "concurrent")}
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("LANCE_TEST_ROOT", str(root))
-        mp.setenv(*connection_env("lance_test", conn_type="lance", host=str(root),
-                                  extra={"storage_options": {"aws_secret_access_key": SECRET}}))
-        dag_run = load_dag("lance_test_spark_add_columns.py", "lance_test_spark_add_columns").test()
-    return Run(root, versions, dag_run, task_instances(dag_run), spark_submit_spy)
+    versions = _versioned(root, ("v20", "v22", "backfill", "retry", "staged", "fails", "concurrent"))
+    return _run_dag(root, "lance_test_spark_add_columns", versions, spark_submit_spy)
+
+
+@pytest.fixture(scope="module")
+def slow_run(tmp_path_factory: pytest.TempPathFactory, spark_submit_spy: SparkSubmitSpy) -> Run:
+    """The second DAG (make stress): a pandas function, a Spark SQL backfill, a function Spark rejects."""
+    root = tmp_path_factory.mktemp("spark-add-columns-slow")
+    uri = lambda name: str(root / f"{name}.lance")  # noqa: E731
+    _v22(uri)
+    _scored(uri("backfill"))
+    pylance.write_dataset(_table(0, 400), uri("fails"), max_rows_per_file=100)
+    return _run_dag(root, "lance_test_spark_add_columns_slow", _versioned(root, ("v22", "backfill", "fails")),
+                    spark_submit_spy)
 
 
 def test_spark_sql_expressions_equal_pylance_add_columns_on_a_2_0_dataset_with_deletions(run: Run) -> None:
@@ -91,34 +122,55 @@ def test_spark_sql_expressions_equal_pylance_add_columns_on_a_2_0_dataset_with_d
 
 
 def test_functions_equal_pylance_add_columns_on_a_2_2_dataset_with_stable_row_ids(run: Run) -> None:
-    assert run.tis["udf_v22"].state == run.tis["pandas_v22"].state == "success"
+    assert run.tis["udf_v22"].state == "success"
     oracle = pylance.dataset(run.uri("v22_oracle"))
     oracle.add_columns(spark_udfs.embed, read_columns=["id", "label"])
-    oracle.add_columns(spark_udfs.score, read_columns=["id"])
     ours = pylance.dataset(run.uri("v22"))
     assert ours.schema == oracle.schema
     assert ours.schema.field("embedding").type == pa.list_(pa.float32(), spark_udfs.DIM)
     assert ours.to_table(with_row_id=True) == oracle.to_table(with_row_id=True)
-    assert ours.version == run.versions["v22"] + 2
+    assert ours.version == run.versions["v22"] + 1
+
+
+@pytest.mark.slow
+def test_a_pandas_function_equals_pylance_add_columns(slow_run: Run) -> None:
+    assert slow_run.tis["pandas_v22"].state == "success"
+    oracle = pylance.dataset(slow_run.uri("v22_oracle"))
+    oracle.add_columns(spark_udfs.score, read_columns=["id"])
+    ours = pylance.dataset(slow_run.uri("v22"))
+    assert ours.schema == oracle.schema
+    assert ours.to_table(with_row_id=True) == oracle.to_table(with_row_id=True)
+    assert ours.version == slow_run.versions["v22"] + 1
 
 
 def test_only_missing_backfills_the_appended_fragments_with_one_data_replacement(run: Run) -> None:
-    for task_id in ("backfill", "backfill_again", "backfill_nothing"):
+    for task_id in ("backfill", "backfill_nothing"):
         assert run.tis[task_id].state == "success"
     ds = pylance.dataset(run.uri("backfill"))
     table = ds.to_table()
-    assert table.num_rows == 650 and table["score"].null_count == 0
+    assert table.num_rows == 600 and table["score"].null_count == 0
     assert table["score"] == pc.multiply(table["id"].cast(pa.float64()), 0.5)
     assert table.schema.field("score").type == pa.float64()
     first = xcom_value(run.dag_run, "backfill")  # the two fragments pylance appended without the column
     assert first["operation"] == "data_replacement" and first["num_fragments"] == 2 and first["num_rows"] == 200
-    assert first["version"] == run.versions["backfill"] + 1
-    second = xcom_value(run.dag_run, "backfill_again")  # the fragment our core appended without it, by Spark SQL
-    assert second["operation"] == "data_replacement" and second["num_fragments"] == 1 and second["num_rows"] == 50
-    assert second["version"] == run.versions["backfill"] + 3 == ds.version
+    assert first["version"] == run.versions["backfill"] + 1 == ds.version
     assert type(ds.read_transaction(ds.version).operation).__name__ == "DataReplacement"
     nothing = xcom_value(run.dag_run, "backfill_nothing")
     assert nothing["operation"] == "none" and nothing["version"] == ds.version and nothing["num_fragments"] == 0
+
+
+@pytest.mark.slow
+def test_only_missing_by_spark_sql_backfills_a_fragment_the_core_appended(slow_run: Run) -> None:
+    assert slow_run.tis["backfill_again"].state == "success"
+    ds = pylance.dataset(slow_run.uri("backfill"))
+    table = ds.to_table()
+    assert table.num_rows == 450 and table["score"].null_count == 0
+    assert table["score"] == pc.multiply(table["id"].cast(pa.float64()), 0.5)
+    assert table.schema.field("score").type == pa.float64()
+    second = xcom_value(slow_run.dag_run, "backfill_again")  # the fragment our core appended, by Spark SQL
+    assert second["operation"] == "data_replacement" and second["num_fragments"] == 1 and second["num_rows"] == 50
+    assert second["version"] == slow_run.versions["backfill"] + 2 == ds.version
+    assert type(ds.read_transaction(ds.version).operation).__name__ == "DataReplacement"
 
 
 def test_retry_after_the_commit_landed_adds_nothing(run: Run) -> None:
@@ -147,15 +199,24 @@ def test_retry_before_the_commit_commits_the_staged_result_without_running_spark
 
 
 def test_a_failing_task_leaves_the_dataset_unchanged(run: Run) -> None:
-    for task_id in ("function_fails", "spark_rejects"):
-        assert run.tis[task_id].state == "failed"
-        assert run.failure(task_id)["type"] == "LanceSparkJobError"
+    assert run.tis["function_fails"].state == "failed"
+    assert run.failure("function_fails")["type"] == "LanceSparkJobError"
     assert "injected failure of the add-columns function" in run.failure("function_fails")["message"]
     # a window moves rows between partitions: the writer refuses to store them under the wrong rows
     assert run.tis["window_refused"].state == "failed"
     assert "moved rows" in run.failure("window_refused")["message"]
     ds = pylance.dataset(run.uri("fails"))
     assert ds.version == run.versions["fails"] and ds.schema.names == ["id", "label"]
+    assert ds.to_table() == _table(0, 400)
+
+
+@pytest.mark.slow
+def test_a_function_spark_rejects_leaves_the_dataset_unchanged(slow_run: Run) -> None:
+    assert slow_run.tis["spark_rejects"].state == "failed"
+    failure = slow_run.failure("spark_rejects")
+    assert failure["type"] == "LanceSparkJobError"
+    ds = pylance.dataset(slow_run.uri("fails"))
+    assert ds.version == slow_run.versions["fails"] and ds.schema.names == ["id", "label"]
     assert ds.to_table() == _table(0, 400)
 
 
@@ -186,10 +247,11 @@ def test_an_append_landing_while_the_job_runs_keeps_its_rows(run: Run) -> None:
 
 
 def test_spark_ran_only_for_valid_jobs_and_secrets_stay_out(run: Run) -> None:
-    calls = run.spy.calls()
-    # sql_v20, udf_v22, pandas_v22, backfill, backfill_again, retry (first try only), function_fails,
-    # retry_before_commit (first try only), spark_rejects, window_refused, concurrent
-    assert len(calls) == 11
+    slow = [f"airflow-lance-{task_id}" for task_id in SLOW_TASKS]
+    calls = [argv for argv in run.spy.calls() if not any(name in argv for name in slow)]
+    # sql_v20, udf_v22, backfill, retry (first try only), function_fails, retry_before_commit (first
+    # try only), window_refused, concurrent
+    assert len(calls) == 8
     assert all(SECRET not in " ".join(argv) for argv in calls)
     assert SECRET not in run.spy.output()
     for task_id in ("sql_v20", "udf_v22", "backfill"):

@@ -1,0 +1,324 @@
+"""The merge insert's key-broadcast plan: no shuffle of the target, one pass over the source's rows.
+
+Used when the source has every column of the dataset, there is no matched condition and no
+``when_not_matched_by_source_delete`` (pylance's upsert, insert-if-not-exists and update-only):
+then a new row is a source row as it is, and the target contributes only which keys it holds
+and where.
+
+1. The source's key columns are collected on the driver (Arrow; a path source reads only those
+   columns) and broadcast once as Arrow IPC: their distinct non-null values in the dataset's types.
+2. One task per target fragment reads the fragment's key columns with their row addresses
+   (the core's reader; deleted rows skipped) and looks them up in the broadcast keys (binary
+   search for one integer key, else a hash join); the driver gets the matched (keys, address)
+   pairs. When no source key repeats (no match can be ambiguous) the same task writes its
+   fragment's new deletion vector (merged with the existing one; a fragment losing every row
+   is removed).
+3. Otherwise a target row matched by two source rows fails the job here
+   (``AmbiguousMergeInsertError``), before anything is written, and the deletion vectors are
+   written by one more job, a task per fragment.
+4. The source is written as new fragments by the executors in one pass (``mapInArrow``): each
+   batch's keys are looked up in the broadcast matched pairs, rows the clauses drop are
+   filtered out, and on datasets with stable row ids the updated rows, written first in
+   their partition, keep their row ids.
+
+A null key matches nothing, as in Lance. Counts are computed on the driver from the keys.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from airflow_lance.core import AmbiguousMergeInsertError, FragmentMetadata
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from airflow_lance.spark.merge_insert_spec import MergeInsertJobSpec
+
+ROW_ADDRESS = "_rowaddr"
+INDEX = "__airflow_lance_index"
+
+
+def applies(spec: MergeInsertJobSpec, source_columns: Sequence[str], names: Sequence[str]) -> bool:
+    """Whether the key-broadcast plan can run ``spec`` (see the module docstring)."""
+    return (spec.matched_condition is None and not spec.when_not_matched_by_source_delete
+            and set(names) <= set(source_columns))
+
+
+def to_ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def from_ipc(data: bytes) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+
+
+def key_table(table: pa.Table | pa.RecordBatch, on: Sequence[str], arrow: pa.Schema) -> pa.Table:
+    """The key columns of a Spark Arrow batch in the dataset's types."""
+    from airflow_lance.spark.conform import harmonize
+
+    keys = pa.RecordBatch.from_arrays([table.column(k).combine_chunks() if isinstance(table, pa.Table)
+                                       else table.column(k) for k in on], names=list(on))
+    keys = harmonize(keys, arrow, cast=on)
+    return pa.Table.from_batches([keys])
+
+
+def _non_null(table: pa.Table, on: Sequence[str]) -> pa.Table:
+    mask = None
+    for k in on:
+        valid = pc.is_valid(table.column(k))
+        mask = valid if mask is None else pc.and_(mask, valid)
+    return table.filter(mask) if table.num_rows else table
+
+
+class KeyIndex:
+    """Row addresses by key, built once per task: a sorted array for one integer key (binary
+    search), else a hash join per lookup."""
+
+    def __init__(self, pairs: pa.Table, on: Sequence[str]) -> None:
+        self.on = list(on)
+        self.pairs = pairs
+        self.sorted: np.ndarray | None = None
+        if len(on) == 1 and pa.types.is_integer(pairs.schema.field(on[0]).type):
+            keys = pairs.column(on[0]).to_numpy()
+            order = np.argsort(keys, kind="stable")
+            self.sorted, self.values = keys[order], pairs.column(ROW_ADDRESS).to_numpy()[order].astype(np.int64)
+
+    def addresses(self, keys: pa.Table) -> np.ndarray:
+        """The row address of each row of ``keys`` (``-1``: not matched; a null key matches nothing)."""
+        found = np.full(keys.num_rows, -1, dtype=np.int64)
+        if not keys.num_rows or not self.pairs.num_rows:
+            return found
+        if self.sorted is not None:
+            column = keys.column(self.on[0]).combine_chunks()
+            valid = column.is_valid().to_numpy(zero_copy_only=False) if column.null_count else None
+            probe = (column.fill_null(0) if column.null_count else column).to_numpy()
+            at = np.minimum(np.searchsorted(self.sorted, probe), self.sorted.size - 1)
+            hit = self.sorted[at] == probe
+            if valid is not None:
+                hit &= valid
+            found[hit] = self.values[at[hit]]
+            return found
+        indexed = keys.select(self.on).append_column(INDEX, pa.array(np.arange(keys.num_rows)))
+        joined = indexed.join(self.pairs, keys=self.on, join_type="inner")
+        found[joined.column(INDEX).to_numpy()] = joined.column(ROW_ADDRESS).to_numpy().astype(np.int64)
+        return found
+
+
+# -- executors -------------------------------------------------------------------------------------
+
+
+def match_fragments(tasks: Iterator[tuple[int, int, int]], *, uri: str, version: int,
+                    storage_options: Mapping[str, str], on: Sequence[str], keys: Any,
+                    delete: bool) -> Iterator[tuple[bytes, str | None, int | None]]:
+    """Rows of the target fragments of ``tasks`` (fragment, start, stop: whole fragments) whose
+    keys are in the broadcast ``keys``: (Arrow IPC of (keys..., ``_rowaddr``), the fragment's new
+    JSON, the id of a fragment whose every row is gone). ``delete``: the matched rows are deleted
+    here (their fragment's new deletion vector written); else the last two are None."""
+    import json
+
+    from airflow_lance.core.fragment_read import SelectionReader
+    from airflow_lance.core.update import delete_offsets
+    from airflow_lance.spark.read import _open
+    from airflow_lance.spark.worker import bulk_write
+
+    ds, fragments = _open(uri, version, storage_options)
+    wanted = from_ipc(keys.value)
+    index = KeyIndex(wanted.append_column(ROW_ADDRESS, pa.array(np.zeros(wanted.num_rows, np.uint64))), on)
+    reader = SelectionReader(ds, list(on), None, with_row_address=True)
+    for fragment_id, start, stop in tasks:
+        table = reader.read(fragments[fragment_id], row_range=(start, stop))
+        matched = table.filter(pa.array(index.addresses(table) >= 0)) if table.num_rows else table
+        fragment, removed = None, None
+        if delete and matched.num_rows:
+            offsets = (matched.column(ROW_ADDRESS).to_numpy() & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+            with bulk_write():
+                updated, gone = delete_offsets(ds.store, [fragments[fragment_id]], {fragment_id: np.sort(offsets)},
+                                               version)
+            fragment = json.dumps(updated[0].to_json()) if updated else None
+            removed = int(gone[0]) if gone else None
+        yield to_ipc(matched.select([*on, ROW_ADDRESS])), fragment, removed
+
+
+def write_fragment_deletions(items: Iterator[tuple[int, bytes]], *, uri: str, storage_options: Mapping[str, str],
+                             read_version: int) -> Iterator[tuple[str | None, int | None]]:
+    """The new deletion vectors of the fragments of ``items`` (fragment id, its matched offsets as
+    uint32): (fragment JSON, None), or (None, id) for a fragment whose every row is gone."""
+    import json
+
+    from airflow_lance.core import dataset
+    from airflow_lance.core.update import delete_offsets
+    from airflow_lance.spark.worker import bulk_write
+
+    items = list(items)
+    if not items:
+        return
+    ds = dataset(uri, read_version, storage_options=dict(storage_options))
+    hits = {fid: np.sort(np.frombuffer(offsets, dtype="<u4")) for fid, offsets in items}
+    fragments = [ds.get_fragment(fid).metadata for fid in hits]
+    with bulk_write():
+        updated, removed = delete_offsets(ds.store, fragments, hits, read_version)
+    yield from ((json.dumps(f.to_json()), None) for f in updated)
+    yield from ((None, int(i)) for i in removed)
+
+
+def classify_and_write(batches: Iterator[pa.RecordBatch], *, uri: str, storage_options: Mapping[str, str],
+                       read_version: int, on: Sequence[str], matched: Any, update: bool, insert: bool,
+                       stable_row_ids: bool, max_rows_per_file: int, max_bytes_per_file: int,
+                       ) -> Iterator[pa.RecordBatch]:
+    """Executor side: write the source rows the clauses keep (updated rows first where row ids
+    are stable) as new fragments; yields the write job's result rows."""
+    from airflow_lance.spark.merge_insert import INSERTED, KIND, UPDATED, _schema_at, write_new_rows
+
+    _, _, arrow = _schema_at(uri, storage_options, read_version)
+    index = KeyIndex(from_ipc(matched.value), on)
+
+    def classified() -> Iterator[pa.RecordBatch]:
+        later: list[pa.RecordBatch] = []
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            addresses = index.addresses(key_table(batch, on, arrow))
+            is_update = addresses >= 0
+            keep = (is_update & update) | (~is_update & insert)
+            kinds = np.where(is_update, UPDATED, INSERTED).astype(np.int8)
+            out = batch.append_column(KIND, pa.array(kinds)).append_column(ROW_ADDRESS, pa.array(addresses))
+            if not keep.all():
+                out = out.filter(pa.array(keep))
+            if not out.num_rows:
+                continue
+            if stable_row_ids and insert and update:  # updated rows go first: they carry their row ids
+                updated = is_update[keep]
+                if not updated.all():
+                    later.append(out.filter(pa.array(~updated)))
+                    out = out.filter(pa.array(updated))
+                if not out.num_rows:
+                    continue
+            yield out
+        yield from later
+
+    yield from write_new_rows(classified(), uri=uri, storage_options=storage_options, read_version=read_version,
+                              stable_row_ids=stable_row_ids, max_rows_per_file=max_rows_per_file,
+                              max_bytes_per_file=max_bytes_per_file)
+
+
+# -- driver ----------------------------------------------------------------------------------------
+
+
+def _ambiguity(source_keys: pa.Table, matched: pa.Table, on: Sequence[str]) -> None:
+    counts = _non_null(source_keys, on).group_by(list(on)).aggregate([([], "count_all")])
+    repeated = counts.filter(pc.greater(counts.column("count_all"), 1))
+    if not repeated.num_rows or not matched.num_rows:
+        return
+    hit = matched.join(repeated.select(list(on)), keys=list(on), join_type="inner")
+    if hit.num_rows:
+        first = hit.sort_by(ROW_ADDRESS).slice(0, 1).to_pylist()[0]
+        row = {k: first[k] for k in on}
+        raise AmbiguousMergeInsertError(
+            "Ambiguous merge inserts are prohibited: multiple source rows match the same target row on "
+            f"{row}. Please ensure each target row is matched by at most one source row."
+        )
+
+
+def run(spark: SparkSession, spec: MergeInsertJobSpec, source: DataFrame, ds: Any,
+        log: Any = print) -> tuple[list[FragmentMetadata], list[FragmentMetadata], list[int], dict[int, int]]:
+    """Run the key-broadcast plan: (new fragments, updated fragments, removed fragment ids,
+    counts by fate)."""
+    import time
+
+    from pyspark.sql import functions as F
+
+    from airflow_lance.spark.merge_insert import DELETED, INSERTED, UPDATED, MIN_ROWS_PER_WRITER
+    from airflow_lance.spark.read import plan_tasks
+    from airflow_lance.spark.writer import RESULT_DDL
+
+    on, arrow, sc = list(spec.on), ds.schema, spark.sparkContext
+    options = dict(spec.storage_options)
+    clock = time.monotonic()
+
+    def lap(what: str) -> None:
+        nonlocal clock
+        now = time.monotonic()
+        log(f"airflow-lance merge insert: {what} in {now - clock:.2f} s")
+        clock = now
+
+    source_keys = key_table(source.select(*[F.col(f"`{k}`") for k in on]).toArrow(), on, arrow)
+    wanted = _non_null(source_keys, on).group_by(on).aggregate([])
+    lap(f"{source_keys.num_rows} source keys ({wanted.num_rows} distinct) collected")
+
+    # a key repeated in the source is ambiguous if it matches: then the deletions wait for the check
+    repeated = wanted.num_rows < _non_null(source_keys, on).num_rows
+    delete_now = spec.when_matched_update_all and not repeated
+    tasks = [(t.fragment, t.start, t.stop) for t in plan_tasks(ds)]
+    updated: list[FragmentMetadata] = []
+    removed: list[int] = []
+    if wanted.num_rows and tasks:
+        keys = sc.broadcast(to_ipc(wanted))
+        try:
+            matcher = functools.partial(match_fragments, uri=spec.uri, version=spec.read_version,
+                                        storage_options=options, on=on, keys=keys, delete=delete_now)
+            parts = sc.parallelize(tasks, len(tasks)).mapPartitions(matcher).collect()
+        finally:
+            keys.destroy()
+        matched = pa.concat_tables([from_ipc(p) for p, _, _ in parts])
+        updated = [FragmentMetadata.from_json(f) for _, f, _ in parts if f is not None]
+        removed = [r for _, _, r in parts if r is not None]
+    else:
+        matched = pa.schema([arrow.field(k) for k in on] + [pa.field(ROW_ADDRESS, pa.uint64())]).empty_table()
+    matched = matched.cast(pa.schema([arrow.field(k) for k in on] + [pa.field(ROW_ADDRESS, pa.uint64())]))
+    lap(f"{matched.num_rows} target rows matched in {len(tasks)} tasks"
+        + (f", {len(updated)} deletion vectors written, {len(removed)} fragments removed" if delete_now else ""))
+    if spec.when_matched_update_all and repeated:
+        _ambiguity(source_keys, matched, on)
+
+    matched_source = (source_keys.join(matched.select(on), keys=on, join_type="left semi").num_rows
+                      if matched.num_rows else 0)
+    counts = {UPDATED: matched_source if spec.when_matched_update_all else 0,
+              INSERTED: source_keys.num_rows - matched_source if spec.when_not_matched_insert_all else 0,
+              DELETED: 0}
+
+    if spec.when_matched_update_all and repeated and matched.num_rows:  # checked: no ambiguity
+        addresses = matched.column(ROW_ADDRESS).to_numpy()
+        fragment_ids = addresses >> np.uint64(32)
+        items = [(int(f), (addresses[fragment_ids == f] & np.uint64(0xFFFFFFFF)).astype("<u4").tobytes())
+                 for f in np.unique(fragment_ids)]
+        writer = functools.partial(write_fragment_deletions, uri=spec.uri, storage_options=options,
+                                   read_version=spec.read_version)
+        tasks_dv = spec.num_partitions or min(sc.defaultParallelism, len(items))
+        for fragment, gone in sc.parallelize(items, tasks_dv).mapPartitions(writer).collect():
+            if fragment is not None:
+                updated.append(FragmentMetadata.from_json(fragment))
+            else:
+                removed.append(gone)
+        lap(f"{len(updated)} deletion vectors written, {len(removed)} fragments removed")
+
+    rows = counts[UPDATED] + counts[INSERTED]
+    new_fragments: list[FragmentMetadata] = []
+    if rows:
+        pairs = sc.broadcast(to_ipc(matched if spec.when_matched_update_all or spec.when_not_matched_insert_all
+                                    else matched.slice(0, 0)))
+        try:
+            writers = spec.num_partitions or max(1, min(sc.defaultParallelism,
+                                                        math.ceil(rows / MIN_ROWS_PER_WRITER)))
+            frame = source.coalesce(writers)
+            writer = functools.partial(
+                classify_and_write, uri=spec.uri, storage_options=options, read_version=spec.read_version, on=on,
+                matched=pairs, update=spec.when_matched_update_all, insert=spec.when_not_matched_insert_all,
+                stable_row_ids=ds._stable_row_ids, max_rows_per_file=spec.max_rows_per_file,
+                max_bytes_per_file=spec.max_bytes_per_file)
+            written = frame.mapInArrow(writer, RESULT_DDL).collect()
+        finally:
+            pairs.destroy()
+        new_fragments = [FragmentMetadata.from_json(row["fragment"]) for row in written]
+        lap(f"{rows} rows written as {len(new_fragments)} fragments")
+    return new_fragments, updated, sorted(removed), counts

@@ -1,0 +1,63 @@
+"""The key-broadcast plan's executor-side pieces without Spark: key lookups (one integer key by
+binary search, other keys by hash join, null keys matching nothing), the ambiguity check, and
+which specs the plan takes. The plan end to end runs in tests/airflow/operators/test_merge_insert.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from airflow_lance.core import AmbiguousMergeInsertError
+from airflow_lance.spark import merge_keys
+from airflow_lance.spark.merge_insert_spec import MergeInsertJobSpec
+from airflow_lance.spark.spec import SourceSpec
+
+
+def _pairs(keys: dict[str, pa.Array], addresses: list[int]) -> pa.Table:
+    return pa.table({**keys, "_rowaddr": pa.array(addresses, pa.uint64())})
+
+
+@pytest.mark.parametrize("key_type", [pa.int64(), pa.int32(), pa.uint64(), pa.string()])
+def test_one_key_lookup_finds_addresses_and_null_keys_match_nothing(key_type: pa.DataType) -> None:
+    values = [9, 3, 7, 1 << 40] if key_type in (pa.int64(), pa.uint64()) else [9, 3, 7, 11]
+    cast = (lambda v: [None if x is None else str(x) for x in v]) if key_type == pa.string() else (lambda v: v)
+    index = merge_keys.KeyIndex(_pairs({"k": pa.array(cast(values), key_type)}, [90, 30, 70, (5 << 32) | 4]), ["k"])
+    assert (index.sorted is not None) == pa.types.is_integer(key_type)
+    probe = pa.table({"k": pa.array(cast([7, None, 8, values[3], 3, 3, 0]), key_type)})
+    assert index.addresses(probe).tolist() == [70, -1, -1, (5 << 32) | 4, 30, 30, -1]
+    assert index.addresses(probe.slice(0, 0)).tolist() == []
+
+
+def test_several_keys_are_looked_up_together() -> None:
+    pairs = _pairs({"a": pa.array([1, 1, 2], pa.int64()), "b": pa.array(["x", "y", "x"])}, [10, 11, 20])
+    index = merge_keys.KeyIndex(pairs, ["a", "b"])
+    probe = pa.table({"a": pa.array([2, 1, 1, None, 2], pa.int64()), "b": pa.array(["x", "y", "z", "x", None])})
+    assert index.addresses(probe).tolist() == [20, 11, -1, -1, -1]
+
+
+def test_no_pairs_match_nothing() -> None:
+    index = merge_keys.KeyIndex(_pairs({"k": pa.array([], pa.int64())}, []), ["k"])
+    assert index.addresses(pa.table({"k": pa.array([1, 2], pa.int64())})).tolist() == [-1, -1]
+
+
+def test_a_repeated_source_key_is_ambiguous_only_where_it_matches() -> None:
+    source = pa.table({"k": pa.array([1, 2, 2, 5, 5, None, None], pa.int64())})
+    matched = _pairs({"k": pa.array([1, 2], pa.int64())}, [np.uint64(7), np.uint64(8)])
+    with pytest.raises(AmbiguousMergeInsertError, match=r"\{'k': 2\}"):
+        merge_keys._ambiguity(source, matched, ["k"])
+    merge_keys._ambiguity(source, matched.slice(0, 1), ["k"])  # 5 repeats but matches nothing; nulls never match
+
+
+def test_the_plan_takes_full_sources_without_conditions_or_deletes_by_source() -> None:
+    def spec(**kwargs: object) -> MergeInsertJobSpec:
+        return MergeInsertJobSpec(uri="/x.lance", read_version=1, source=SourceSpec.from_fields(path="/s.parquet"),
+                                  on=("id",), staging_root="/x.lance", staging_name="s.json", **kwargs)
+
+    names = ["id", "v"]
+    assert merge_keys.applies(spec(), ["v", "id"], names)
+    assert merge_keys.applies(spec(when_not_matched_insert_all=False), names, names)
+    assert merge_keys.applies(spec(when_matched_update_all=False), names, names)
+    assert not merge_keys.applies(spec(), ["id"], names)  # a partial source: updated rows keep target columns
+    assert not merge_keys.applies(spec(matched_condition="source.v > target.v"), names, names)
+    assert not merge_keys.applies(spec(when_not_matched_by_source_delete=True), names, names)
