@@ -780,17 +780,22 @@ def compress_chunks(raw: np.ndarray, sizes: np.ndarray, max_ratio: float, scheme
     prefix = 8 if scheme == "zstd" else 4
     bounds = exclusive_cumsum(sizes).tolist()
     view = memoryview(raw)
-    out: list[bytes] = []
+    frames: list[pa.Buffer] = []
     for chunk in range(len(bounds) - 1):
         start, end = bounds[chunk], bounds[chunk + 1]
-        out.append((end - start).to_bytes(prefix, "little") + codec.compress(view[start:end], asbytes=True))
+        frames.append(codec.compress(view[start:end], asbytes=False))
         if chunk + 1 == _GENERAL_SAMPLE_CHUNKS or chunk + 2 == len(bounds):
-            if sum(map(len, out)) > max_ratio * end:
+            if sum(frame.size + prefix for frame in frames) > max_ratio * end:
                 return None
-    packed_sizes = np.fromiter(map(len, out), dtype=np.int64, count=len(out))
-    if int(packed_sizes.sum()) >= len(raw):
+    frame_sizes = np.fromiter((frame.size for frame in frames), dtype=np.int64, count=len(frames))
+    if int(frame_sizes.sum()) + prefix * len(frames) >= len(raw):
         return None
-    return np.frombuffer(b"".join(out), dtype=np.uint8), packed_sizes
+    # each chunk: its uncompressed size, then its frame (one join, no per-chunk copies)
+    heads = np.asarray(sizes, dtype=f"<u{prefix}").view(np.uint8).reshape(len(frames), prefix)
+    parts: list = [None] * (2 * len(frames))
+    parts[0::2] = [memoryview(head) for head in heads]
+    parts[1::2] = frames
+    return np.frombuffer(b"".join(parts), dtype=np.uint8), frame_sizes + prefix
 
 
 def _add_data(leaf: _Leaf, add) -> int:
