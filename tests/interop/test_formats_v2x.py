@@ -309,3 +309,92 @@ def test_random_nested_columns_both_ways(tmp_path, seed):
 def test_random_nested_columns_both_ways_long(tmp_path):
     for seed in range(20, 600):
         _random_round_trip(tmp_path, seed)
+
+
+# ----------------------------------------------------------------------------- compressed string chunks
+
+
+def _string_table(n: int, seed: int = 7) -> pa.Table:
+    """Strings worth compressing (nullable, large, nested in lists, in a struct), and random bytes that are not."""
+    rng = np.random.default_rng(seed)
+    words = np.array(["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", ""])
+    picks = words[rng.integers(0, len(words), (n, 5))]
+    numbers = rng.integers(0, 10**9, n).astype(str)
+    text = np.char.add(np.char.add(picks[:, 0], numbers), np.char.add(picks[:, 1], picks[:, 2])).astype(object)
+    text[rng.random(n) < 0.1] = None
+    counts = rng.integers(0, 4, n)
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    total = int(offsets[-1])
+    items = pa.array(np.char.add(words[rng.integers(0, len(words), total)], rng.integers(0, 10**6, total).astype(str))
+                     .astype(object) + "-item-text")
+    return pa.table({
+        "text": pa.array(text, pa.string()),
+        "large": pa.array(text, pa.large_string()),
+        "list": pa.ListArray.from_arrays(pa.array(offsets), items),
+        "struct": pa.StructArray.from_arrays([pa.array(text, pa.binary())], ["b"]),
+        "random": pa.array([rng.bytes(40) for _ in range(n)], pa.binary()),
+    })
+
+
+def _general_schemes(uri: str) -> dict[str, set[int]]:
+    """Per field name: the general-compression schemes of its pages' values."""
+    schemes: dict[str, set[int]] = {}
+    for path in (pathlib.Path(uri) / "data").glob("*.lance"):
+        reader = ours.file.LanceFileReader(pa.OSFile(str(path)), path=str(path))
+        names = [f.name for f in reader.schema.fields if not reader.schema.children(f.id)]
+        for column, name in enumerate(names):
+            for page in reader.column_metadata(column).pages:
+                layout = pb.PageLayout.FromString(any_pb2.Any.FromString(page.encoding.direct.encoding).value)
+                if layout.WhichOneof("layout") == "mini_block_layout" and \
+                        layout.mini_block_layout.value_compression.WhichOneof("compression") == "general":
+                    schemes.setdefault(name, set()).add(layout.mini_block_layout.value_compression.general
+                                                        .compression.scheme)
+    return schemes
+
+
+@pytest.mark.parametrize("compression", [None, "lz4", "none"])
+def test_compressed_string_chunks_read_by_pylance(tmp_path, compression):
+    """2.2 string pages get zstd-compressed chunks (``general`` around ``variable``), or what the
+    field's ``lance-encoding:compression`` asks for; incompressible bytes stay as they are; our
+    reader and pylance's (dataset and file reader) read them identically."""
+    table = _string_table(6000)
+    if compression is not None:
+        fields = [f.with_metadata({"lance-encoding:compression": compression}) for f in table.schema]
+        table = table.cast(pa.schema(fields))
+    uri = str(tmp_path / "strings")
+    ours.write_dataset(table, uri, data_storage_version="2.2")
+    schemes = _general_schemes(uri)
+    expected = {None: {pb.COMPRESSION_ALGORITHM_ZSTD}, "lz4": {pb.COMPRESSION_ALGORITHM_LZ4}, "none": None}[compression]
+    for name in ("text", "large"):
+        assert schemes.get(name) == expected, (name, schemes)
+    for name in ("item", "b"):  # the metadata is the top-level field's: its children get the default
+        assert schemes.get(name) == {pb.COMPRESSION_ALGORITHM_ZSTD}, (name, schemes)
+    assert "random" not in schemes  # the sample does not shrink: stored as it is
+    assert ours.dataset(uri).to_table().equals(table)
+    assert pylance.dataset(uri).to_table().equals(table)
+    assert pylance.dataset(uri).to_table(columns=["large", "list"]).equals(table.select(["large", "list"]))
+    for path in (pathlib.Path(uri) / "data").glob("*.lance"):
+        assert pylance.file.LanceFileReader(str(path)).read_all().to_table().equals(table.cast(
+            pylance.file.LanceFileReader(str(path)).metadata().schema))
+
+
+def test_compressed_string_chunks_shrink_and_row_reads(tmp_path, monkeypatch):
+    """Compression pays on the page level (smaller files), 2.1 files never get it, and row reads
+    (takes) of compressed chunks match pylance's."""
+    from airflow_lance.core.file.v21 import write as v21_write
+
+    table = _string_table(6000).select(["text", "list"])
+    sizes = {}
+    for setting in ("zstd", "none"):
+        monkeypatch.setattr(v21_write, "STRING_COMPRESSION", setting)
+        uri = str(tmp_path / setting)
+        ours.write_dataset(table, uri, data_storage_version="2.2")
+        sizes[setting] = sum(f.stat().st_size for f in (pathlib.Path(uri) / "data").glob("*.lance"))
+    assert sizes["zstd"] < 0.7 * sizes["none"], sizes
+    rows = [0, 1, 999, 1000, 4097, 5999]
+    assert ours.dataset(str(tmp_path / "zstd")).take(rows).equals(pylance.dataset(str(tmp_path / "zstd")).take(rows))
+    monkeypatch.setattr(v21_write, "STRING_COMPRESSION", "zstd")
+    uri = str(tmp_path / "v21")
+    ours.write_dataset(table, uri, data_storage_version="2.1")
+    assert _general_schemes(uri) == {}
+    assert pylance.dataset(uri).to_table().equals(table)

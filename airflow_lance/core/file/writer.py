@@ -58,6 +58,8 @@ from airflow_lance.core.file.v21.structure import ITEM, LIST, NodeData
 from airflow_lance.core.schema import LanceSchema
 
 DEFAULT_MAX_PAGE_BYTES = 8 * 1024 * 1024
+#: Field metadata naming the general compression of a 2.2 string field, as in pylance.
+COMPRESSION_KEY = "lance-encoding:compression"
 #: Page buffers at least this long start at the sink's ``alignment`` (4 KiB for a direct-I/O
 #: file) rather than at 64 bytes, so that the sink can write them without a copy.
 LARGE_BUFFER_BYTES = 1024 * 1024
@@ -120,9 +122,11 @@ def _merge(pieces: list[tuple[list[NodeData], pa.Array]]) -> tuple[list[NodeData
 class _LeafColumn:
     """Pending row runs and written pages of one 2.1+ leaf column."""
 
-    def __init__(self, field_id: int, path: list[tuple[int, pa.DataType]], writer: LanceFileWriter) -> None:
+    def __init__(self, field_id: int, path: list[tuple[int, pa.DataType]], writer: LanceFileWriter,
+                 compression: str | None = None) -> None:
         self.field_id = field_id
         self.path = path
+        self.compression = compression  # the field's lance-encoding:compression, if any
         self.pages: list[file2_pb2.ColumnMetadata.Page] = []
         self.pending: list[tuple[list[NodeData], pa.Array]] = []
         self.pending_rows = 0
@@ -155,7 +159,7 @@ class _LeafColumn:
             return
         if self.pending:
             nodes, leaf = _merge(self.pending)
-            page = encode21.encode_page(nodes, leaf, self.pending_rows, self._writer.version)
+            page = encode21.encode_page(nodes, leaf, self.pending_rows, self._writer.version, self.compression)
             self.pages.append(self._writer._write_page(page, PAGE_LAYOUT_URL))
         self.pending, self.pending_rows, self.pending_bytes = [], 0, 0
 
@@ -254,7 +258,9 @@ class LanceFileWriter:
         children = schema.children(field.id)
         if not children:
             encode21.check_writable(dtype, field.name)
-            column = _LeafColumn(field.id, path, self)
+            compression = field.metadata.get(COMPRESSION_KEY)
+            column = _LeafColumn(field.id, path, self,
+                                 compression.decode(errors="replace").lower() if compression is not None else None)
             self._columns.append(column)
             return [column]
         if pa.types.is_fixed_size_list(dtype):

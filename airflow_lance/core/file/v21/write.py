@@ -254,9 +254,14 @@ def _leaf(values: pa.Array | pa.ChunkedArray, slots: np.ndarray | None) -> _Leaf
 
 
 def encode_page(nodes: list[NodeData], values: pa.Array | pa.ChunkedArray, rows: int,
-                version: tuple[int, int]) -> EncodedPage:
+                version: tuple[int, int], compression: str | None = None) -> EncodedPage:
     """Encode one page of a leaf column (nodes outermost first, ``values`` the leaf's slots, in one
-    array or several chunks: fixed-width values are then copied from each chunk into place)."""
+    array or several chunks: fixed-width values are then copied from each chunk into place).
+
+    ``compression``: the field's ``lance-encoding:compression`` (None: ``STRING_COMPRESSION``);
+    it decides the general compression of string chunks in 2.2 files (``"zstd"``, ``"lz4"``;
+    ``"none"``/``"fsst"``: none).
+    """
     layers = layers_for(nodes)
     rep, defs, slots, row_starts = levels_and_rows(nodes, layers)
     if pa.types.is_struct(values.type) and values.type.num_fields == 0:
@@ -283,7 +288,7 @@ def encode_page(nodes: list[NodeData], values: pa.Array | pa.ChunkedArray, rows:
         return _constant_page(layers, rep, defs, rows)
     if leaf.kind == "variable":
         leaf = _maybe_dictionary(leaf)
-    layout, buffers = _choose(layers, rep, defs, visible_mask, leaf, version, row_starts)
+    layout, buffers = _choose(layers, rep, defs, visible_mask, leaf, version, row_starts, compression)
     return EncodedPage(rows, layout, buffers)
 
 
@@ -298,6 +303,16 @@ def _identity(slots: np.ndarray, visible: np.ndarray | None, count: int) -> bool
         return len(slots) == count and not (count and int(slots.min()) < 0)
     return int(np.count_nonzero(visible)) == count and not bool(np.any(visible & (slots < 0)))
 
+
+#: 2.2 string pages with at least this many bytes of values get zstd-compressed chunks (level
+#: ``GENERAL_LEVEL``) if a sample of their chunks shrinks below ``GENERAL_MAX_RATIO`` of its size.
+GENERAL_MIN_BYTES = 32 * 1024
+GENERAL_LEVEL = 1
+GENERAL_MAX_RATIO = 0.9
+#: General compression of string chunks in 2.2 files when the field does not say
+#: (``lance-encoding:compression``): "zstd", "lz4" or "none".
+STRING_COMPRESSION = "zstd"
+_SCHEMES = {"zstd": pb.COMPRESSION_ALGORITHM_ZSTD, "lz4": pb.COMPRESSION_ALGORITHM_LZ4}
 
 #: Strings/binary are dictionary-encoded when at most this share of a page's values are distinct.
 DICTIONARY_RATIO = 0.5
@@ -363,12 +378,12 @@ def _value_bytes(leaf: _Leaf) -> tuple[int, int]:
     return leaf.bits // 8, leaf.bits // 8
 
 
-def _choose(layers, rep, defs, visible_mask, leaf: _Leaf, version, rows=None):
+def _choose(layers, rep, defs, visible_mask, leaf: _Leaf, version, rows=None, compression=None):
     average, largest = _value_bytes(leaf)
     bit_items = leaf.kind == "fsl" and leaf.bits == 1
     if leaf.kind in ("bool", "dict") or bit_items or (
             average <= FULL_ZIP_THRESHOLD and largest <= CHUNK_BYTES[version] * 4):
-        encoded = _mini_block(layers, rep, defs, visible_mask, leaf, version, rows)
+        encoded = _mini_block(layers, rep, defs, visible_mask, leaf, version, rows, compression)
         if encoded is not None:
             return encoded
     if leaf.kind in ("bool", "dict") or bit_items:
@@ -464,7 +479,7 @@ def _bitpacked_chunks(leaf: _Leaf, widths: np.ndarray, add):
                                (packed_base + packed_start, block_bytes)])]
 
 
-def _mini_block(layers, rep, defs, visible_mask, leaf: _Leaf, version, rows=None):
+def _mini_block(layers, rep, defs, visible_mask, leaf: _Leaf, version, rows=None, compression=None):
     """Mini-block layout of a page, or None if it does not fit (``rows``: first entry of every row)."""
     packing = None
     if leaf.packable and leaf.n >= bitpack.BLOCK:
@@ -517,7 +532,7 @@ def _mini_block(layers, rep, defs, visible_mask, leaf: _Leaf, version, rows=None
     if packing is not None:
         value_enc, value_parts = _bitpacked_chunks(leaf, packing, add)
     else:
-        value_enc, value_parts = _chunk_values(leaf, counts, k, add)
+        value_enc, value_parts = _chunk_values(leaf, counts, k, add, version, compression)
     zeros = add(np.full(8, _PAD, dtype=np.uint8))
     size_width = 4 if large else 2
     nbuf = len(value_parts)
@@ -670,9 +685,15 @@ def _flat(bits: int) -> pb.CompressiveEncoding:
     return pb.CompressiveEncoding(flat=pb.Flat(bits_per_value=bits))
 
 
-def _chunk_values(leaf: _Leaf, counts: np.ndarray, k: int, add):
+def _chunk_values(leaf: _Leaf, counts: np.ndarray, k: int, add, version=(2, 1), compression=None):
     """Value buffers of every chunk: (encoding, [(starts, sizes) per buffer])."""
     first = exclusive_cumsum(counts)[:-1]
+    scheme = STRING_COMPRESSION if compression is None else compression
+    if leaf.kind == "variable" and version >= (2, 2) and scheme in _SCHEMES and \
+            int(leaf.offsets[-1]) >= GENERAL_MIN_BYTES:
+        return _general_variable(leaf, first, counts, add, scheme)
+    if leaf.kind == "variable":
+        return _variable_chunks(leaf, first, counts, add)
     if leaf.kind in ("fixed", "dict"):
         width = leaf.bits // 8
         start = _add_data(leaf, add)
@@ -690,7 +711,11 @@ def _chunk_values(leaf: _Leaf, counts: np.ndarray, k: int, add):
         start = _add_data(leaf, add)
         parts.append(_part(start + first * row_bits // 8, (counts * row_bits + 7) // 8))
         return _fsl_encoding(leaf), parts
-    # variable: per chunk (n + 1) offsets relative to the chunk buffer, then the bytes
+    raise AssertionError(leaf.kind)
+
+
+def _variable_chunks(leaf: _Leaf, first: np.ndarray, counts: np.ndarray, add):
+    """Chunk buffers of strings/binary: per chunk (n + 1) offsets relative to the chunk buffer, then the bytes."""
     width = 8 if leaf.large else 4
     offsets = leaf.offsets
     chunk_data = offsets[first + counts] - offsets[first]
@@ -705,6 +730,72 @@ def _chunk_values(leaf: _Leaf, counts: np.ndarray, k: int, add):
     return encoding, [(sizes, [(local_start + exclusive_cumsum(header)[:-1], header),
                                (data_start + offsets[first], chunk_data),
                                (np.full(len(counts), pad_start), pad)])]
+
+
+def _general_variable(leaf: _Leaf, first: np.ndarray, counts: np.ndarray, add, scheme: str = "zstd"):
+    """String chunks compressed with zstd (``general`` around ``variable``) when that pays.
+
+    pylance chooses FSST for such pages (and this wrapping when a field asks
+    for ``lance-encoding:compression``); zstd of each chunk buffer is as
+    small or smaller and, done by the codec in C, much cheaper than an FSST
+    parse in numpy. The chunk buffers are gathered once, a sample of them is
+    compressed first, and the page stays uncompressed unless it shrinks the
+    sample below ``GENERAL_MAX_RATIO`` (random bytes, UUIDs in binary).
+    """
+    sources: list[np.ndarray] = []
+    base = [0]
+
+    def add_local(array: np.ndarray) -> int:
+        sources.append(array)
+        start = base[0]
+        base[0] += len(array)
+        return start
+
+    encoding, parts = _variable_chunks(leaf, first, counts, add_local)
+    sizes, pieces = parts[0]
+    raw = take_interleaved(sources, [starts for starts, _ in pieces], [lengths for _, lengths in pieces])
+    compressed = compress_chunks(raw, sizes, GENERAL_MAX_RATIO, scheme)
+    if compressed is None:
+        start = add(raw)
+        return encoding, [_part(start + exclusive_cumsum(sizes)[:-1], sizes)]
+    data, packed_sizes = compressed
+    start = add(data)
+    general = pb.CompressiveEncoding(general=pb.General(
+        compression=pb.BufferCompression(scheme=_SCHEMES[scheme], level=GENERAL_LEVEL)
+        if scheme == "zstd" else pb.BufferCompression(scheme=_SCHEMES[scheme]), values=encoding))
+    return general, [_part(start + exclusive_cumsum(packed_sizes)[:-1], packed_sizes)]
+
+
+#: Chunks compressed first to decide whether a page's chunks are worth compressing.
+_GENERAL_SAMPLE_CHUNKS = 4
+
+
+def compress_chunks(raw: np.ndarray, sizes: np.ndarray, max_ratio: float, scheme: str = "zstd",
+                    level: int = GENERAL_LEVEL) -> tuple[np.ndarray, np.ndarray] | None:
+    """Each chunk of ``raw`` (chunk sizes ``sizes``, back to back) in Lance's buffer format (zstd:
+    ``u64`` size, then a zstd frame; lz4: ``u32`` size, then a raw lz4 block): (bytes, chunk
+    sizes), or None when a sample of the first chunks does not shrink below ``max_ratio`` of its
+    size (or the whole does not shrink)."""
+    codec = pa.Codec("zstd", compression_level=level) if scheme == "zstd" else pa.Codec("lz4_raw")
+    prefix = 8 if scheme == "zstd" else 4
+    bounds = exclusive_cumsum(sizes).tolist()
+    view = memoryview(raw)
+    frames: list[pa.Buffer] = []
+    for chunk in range(len(bounds) - 1):
+        start, end = bounds[chunk], bounds[chunk + 1]
+        frames.append(codec.compress(view[start:end], asbytes=False))
+        if chunk + 1 == _GENERAL_SAMPLE_CHUNKS or chunk + 2 == len(bounds):
+            if sum(frame.size + prefix for frame in frames) > max_ratio * end:
+                return None
+    frame_sizes = np.fromiter((frame.size for frame in frames), dtype=np.int64, count=len(frames))
+    if int(frame_sizes.sum()) + prefix * len(frames) >= len(raw):
+        return None
+    # each chunk: its uncompressed size, then its frame (one join, no per-chunk copies)
+    heads = np.asarray(sizes, dtype=f"<u{prefix}").view(np.uint8).reshape(len(frames), prefix)
+    parts: list = [None] * (2 * len(frames))
+    parts[0::2] = [memoryview(head) for head in heads]
+    parts[1::2] = frames
+    return np.frombuffer(b"".join(parts), dtype=np.uint8), frame_sizes + prefix
 
 
 def _add_data(leaf: _Leaf, add) -> int:
