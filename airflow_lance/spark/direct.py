@@ -155,14 +155,25 @@ def plan_direct(spark: SparkSession, source: SourceSpec, reader: str, tasks: int
     for field in data_schema:
         if not _text_type_ok(field.type, kind):
             return f"column {field.name!r} is {field.type}: parsed from text only by Spark"
+    split_bytes = _conf_bytes(spark, "spark.sql.files.maxPartitionBytes", SPLIT_BYTES)
     splits = []
     for f in sorted(files):
         size = os.path.getsize(f)
         partition = _partition_values(f, names)
-        step = max(min(SPLIT_BYTES, -(-size // max(tasks, 1))), 1 << 20)
+        step = max(min(split_bytes, -(-size // max(tasks, 1))), 4096)
         for start in range(0, max(size, 1), step):
             splits.append(Split(path=f, partition=partition, start=start, end=min(start + step, size), size=size))
     return DirectPlan(kind, schema, names, tuple(splits), options, None)
+
+
+def _conf_bytes(spark: SparkSession, key: str, default: int) -> int:
+    """A byte-size Spark SQL setting (``128m``, ``4096b``, ``65536``)."""
+    text = str(spark.conf.get(key, str(default))).strip().lower()
+    units = {"b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "g": 1 << 30, "gb": 1 << 30}
+    for unit in sorted(units, key=len, reverse=True):
+        if text.endswith(unit) and text[: -len(unit)].strip().isdigit():
+            return int(text[: -len(unit)]) * units[unit]
+    return int(text) if text.isdigit() else default
 
 
 def _text_type_ok(dtype: pa.DataType, kind: str) -> bool:
@@ -258,7 +269,7 @@ def _read_split(plan: DirectPlan, split: Split) -> Iterator[pa.RecordBatch]:
                 parse_options=pcsv.ParseOptions(delimiter=sep, escape_char="\\", double_quote=False),
                 convert_options=pcsv.ConvertOptions(
                     column_types={n: pa.string() for n in data_schema.names}, strings_can_be_null=True,
-                    null_values=[""], quoted_strings_can_be_null=False))
+                    null_values=[""], quoted_strings_can_be_null=True))
         except pa.ArrowInvalid as exc:
             raise DirectReadError(f"{split.path} bytes {split.start}-{split.end}: {exc}") from exc
         yield from _cast_text(table, data_schema, split).to_batches()
