@@ -22,6 +22,7 @@ import dataclasses
 import functools
 import io
 import os
+import re
 import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -45,6 +46,10 @@ _JSON_OPTIONS = {"mode", "schema", "encoding", "charset"}
 #: Text-parsed types read exactly by pyarrow's CSV/JSON readers plus Arrow's cast.
 _TEXT_TYPES = (pa.types.is_string, pa.types.is_large_string, pa.types.is_int32, pa.types.is_int64,
                pa.types.is_float64, pa.types.is_boolean)
+
+
+#: ``""`` inside a field (not an empty quoted field): Spark's parser keeps such a field raw.
+_DOUBLED_QUOTE = re.compile(rb'""[^",\r\n]')
 
 
 class DirectReadError(LanceError):
@@ -259,6 +264,10 @@ def _read_split(plan: DirectPlan, split: Split) -> Iterator[pa.RecordBatch]:
         data = _line_range(split.path, split.start, split.end)
         if not data:
             return
+        if _DOUBLED_QUOTE.search(data):
+            raise DirectReadError(f"{split.path} bytes {split.start}-{split.end}: a doubled quote inside a quoted "
+                                  "field, which Spark's CSV parser (escape backslash) reads differently: "
+                                  "use reader='spark'")
         header = split.start == 0 and plan.options.get("header", "false").lower() == "true"
         sep = plan.options.get("sep", plan.options.get("delimiter", ","))
         try:
