@@ -90,7 +90,7 @@ def _sources(root: pathlib.Path) -> dict[str, tuple[str, str, dict[str, str], di
 
 #: (case, reader) pairs of the default suite (one short spark-submit); the slow tests run them all
 SHORT = {("parquet", "direct"), ("parquet", "spark"), ("csv_inferred", "direct"), ("csv_inferred", "spark"),
-         ("json", "direct"), ("json", "spark"), ("ipc", "auto")}
+         ("json", "direct"), ("json", "spark")}
 
 
 @pytest.fixture(scope="module")
@@ -186,6 +186,10 @@ def test_what_pylance_reads(ingest_short: dict[str, Any]) -> None:
     assert csv.schema.field("flag").type == pa.bool_()
     json_table = ingest["tables"]["json", "direct"].sort_by("id")
     assert json_table.column("st").to_pylist()[:2] == [{"a": None, "z": 0}, {"a": "q", "z": 1}]
+
+
+@pytest.mark.slow
+def test_arrow_ipc_is_read_directly(ingest: dict[str, Any]) -> None:
     ipc = ingest["tables"]["ipc", "auto"].sort_by("id")
     assert ipc.column("id").to_pylist() == list(range(200))
     assert ipc.schema.field("v").type == pa.list_(pa.float32(), 2)
