@@ -134,6 +134,12 @@ class LanceSparkWriteOperator(LanceLineageMixin, BaseOperator):
         ``fixed_size_list<T>[N]``. An unknown type (or, when appending, a column the dataset
         lacks) fails the task before Spark runs; a value that cannot be cast fails the job with
         a message naming its column. (templated)
+    :param reader: how a ``source_path`` is read: ``"auto"`` (default) has the executors read
+        Parquet and Arrow IPC files (and CSV/JSON with ``mode=FAILFAST``) directly with pyarrow,
+        split by row groups or byte ranges, where the result equals Spark's (same rows, schema,
+        hive partition columns), else through Spark's rows; ``"direct"`` always reads directly
+        (a source it cannot read exactly fails the job); ``"spark"`` always through Spark's rows.
+        The job log says which path ran and why. (templated)
     :param staging_uri: directory for the staged job result (default
         ``<dataset>/_airflow_staging``). (templated)
     :param idempotency_key: override the key (default ``dag_id/run_id/task_id/map_index``);
@@ -184,6 +190,7 @@ class LanceSparkWriteOperator(LanceLineageMixin, BaseOperator):
         "fixed_size_lists",
         "cast",
         "python_env_archive",
+        "reader",
     )
     template_ext: Sequence[str] = (".sql",)
     template_fields_renderers: ClassVar[dict[str, str]] = {
@@ -229,6 +236,7 @@ class LanceSparkWriteOperator(LanceLineageMixin, BaseOperator):
         spark_submit_kwargs: Mapping[str, Any] | None = None,
         fixed_size_lists: Mapping[str, Any] | None = None,
         cast: Mapping[str, str] | None = None,
+        reader: str = "auto",
         rewrite_on_retry: bool = False,
         spark_log_level: str = "WARN",
         python_env_archive: str | None = None,
@@ -269,6 +277,7 @@ class LanceSparkWriteOperator(LanceLineageMixin, BaseOperator):
         self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
         self.fixed_size_lists = dict(fixed_size_lists or {})
         self.cast, self.rewrite_on_retry = dict(cast or {}), rewrite_on_retry
+        self.reader = reader
         self.spark_log_level = spark_log_level
         self.python_env_archive = python_env_archive
         self._spark_job: SparkJobRunner | None = None
@@ -403,6 +412,7 @@ class LanceSparkWriteOperator(LanceLineageMixin, BaseOperator):
             fixed_size_lists=self.fixed_size_lists,
             cast=self.cast,
             transform=self.transform or None,
+            reader=self.reader,
         )
         if job_mode == "append" and existing is not None:  # named columns and types checked before Spark runs
             check_against_dataset(existing.schema, spec.fixed_size_lists, spec.cast)

@@ -38,7 +38,9 @@ from airflow_lance.core import dataset
 from airflow_lance.spark.merge_insert import run_merge_insert
 from airflow_lance.spark.merge_insert_spec import MERGE_INSERT_KEY, MergeInsertJobSpec
 from airflow_lance.spark.environment import check_on_executors, executor_problems, load_requirements
-from airflow_lance.spark.spec import JobSpecError, SourceSpec, WriteJobResult, WriteJobSpec
+from airflow_lance.core import SchemaMismatchError
+from airflow_lance.spark.direct import DirectPlan, plan_direct, run_direct
+from airflow_lance.spark.spec import JobSpecError, SourceSpec, WriteJobResult, WriteJobSpec, check_against_dataset
 from airflow_lance.spark.task_spec import JOB_KEY, TaskJobSpec
 from airflow_lance.spark.tasks import run_task_job
 from airflow_lance.spark.writer import write_dataframe
@@ -193,8 +195,74 @@ def _target_schema(spec: WriteJobSpec) -> pa.Schema | None:
     return dataset(spec.uri, spec.read_version, storage_options=spec.storage_options).schema
 
 
+def choose_reader(spark: SparkSession, spec: WriteJobSpec) -> DirectPlan | None:
+    """The direct-ingest plan when the spec's source is read directly, else None (Spark-row path);
+    logs which path reads the source and, when Spark does under ``reader="auto"``, why."""
+    if spec.reader == "spark" or spec.source.kind != "path":
+        why = "reader='spark'" if spec.reader == "spark" else f"a {spec.source.kind} source"
+        print(f"airflow-lance job: reading through Spark rows ({why})", flush=True)
+        return None
+    if spec.transform:
+        reason: DirectPlan | str = "a transform needs the DataFrame"
+    else:
+        reason = plan_direct(spark, spec.source, spec.reader, _tasks(spark, spec))
+    if isinstance(reason, DirectPlan):
+        print(f"airflow-lance job: reading directly with pyarrow ({reason.kind}, {len(reason.splits)} splits, "
+              f"reader={spec.reader!r})", flush=True)
+        return reason
+    if spec.reader == "direct":
+        raise JobSpecError(f"reader='direct' cannot read this source exactly: {reason}")
+    print(f"airflow-lance job: reading through Spark rows (reader='auto': {reason})", flush=True)
+    return None
+
+
+def _tasks(spark: SparkSession, spec: WriteJobSpec) -> int:
+    return spec.num_partitions or max(spark.sparkContext.defaultParallelism, 1)
+
+
+def run_direct_write(spark: SparkSession, spec: WriteJobSpec, plan: DirectPlan) -> WriteJobResult:
+    """Write the planned splits as fragments on the executors (same writer and conversions as the
+    Spark-row path) and check the row count against the files' (Parquet footers) or the rows read."""
+    from airflow_lance.spark.conform import with_casts, with_fixed_size_lists
+    from airflow_lance.spark.writer import check_row_count
+
+    start = time.monotonic()
+    target_schema = _target_schema(spec)
+    sizes, casts = dict(spec.fixed_size_lists), dict(spec.cast)
+    for name in [*sizes, *casts]:
+        if plan.schema.get_field_index(name) < 0:
+            raise SchemaMismatchError(f"column {name!r} is not a column of the source "
+                                      f"(columns: {', '.join(plan.schema.names)})")
+    if target_schema is not None:
+        check_against_dataset(target_schema, sizes, casts)
+    fragments, schemas, rows = run_direct(spark, plan, _tasks(spark, spec), dict(
+        uri=spec.uri, mode=spec.mode, storage_options=dict(spec.storage_options),
+        max_rows_per_file=spec.max_rows_per_file, max_bytes_per_file=spec.max_bytes_per_file,
+        target_schema=target_schema, data_storage_version=spec.data_storage_version,
+        fixed_size_lists=sizes, cast=casts))
+    if plan.expected_rows is not None:
+        check_row_count(fragments, plan.expected_rows, spec.uri)
+    check_row_count(fragments, rows, spec.uri)
+    if len(schemas) > 1:
+        raise SchemaMismatchError("the splits produced different Arrow schemas; cannot commit them together")
+    if schemas:
+        schema = pa.ipc.read_schema(pa.py_buffer(schemas.pop()))
+    elif target_schema is not None:
+        schema = target_schema
+    else:
+        schema = with_casts(with_fixed_size_lists(plan.schema, sizes), casts)
+    return WriteJobResult(spec_digest=spec.digest(), fragments=tuple(fragments), num_rows=rows,
+                          bytes_written=sum(d.file_size_bytes or 0 for f in fragments for d in f.files),
+                          schema=schema, elapsed_seconds=time.monotonic() - start)
+
+
 def run(spark: SparkSession, spec: WriteJobSpec) -> WriteJobResult:
     """Write the spec's source as fragments and stage the result; return it."""
+    plan = choose_reader(spark, spec)
+    if plan is not None:
+        result = run_direct_write(spark, spec, plan)
+        result.save(spec.staging_root, spec.staging_name, spec.storage_options)
+        return result
     df = load_source(spark, spec.source)
     if spec.transform:
         df = apply_transform(df, spec.transform)

@@ -36,6 +36,10 @@ MAX_ROWS_PER_FILE = 1024 * 1024
 MAX_BYTES_PER_FILE = 90 * 1024**3
 
 
+#: values of a write's ``reader``
+READERS = ("auto", "direct", "spark")
+
+
 class JobSpecError(InvalidInputError):
     """A job spec or staged result is malformed (the message names the field)."""
 
@@ -337,6 +341,9 @@ class WriteJobSpec:
     cast: Mapping[str, str] = dataclasses.field(default_factory=dict)
     #: ``package.module:function`` mapping the source DataFrame to the DataFrame written
     transform: str | None = None
+    #: how a ``source_path`` is read: ``auto`` (directly with pyarrow where that is exact, else Spark),
+    #: ``direct`` or ``spark`` (:mod:`airflow_lance.spark.direct`)
+    reader: str = "auto"
 
     def __post_init__(self) -> None:
         require(isinstance(self.uri, str) and bool(self.uri), "uri must be a non-empty string")
@@ -354,6 +361,7 @@ class WriteJobSpec:
                 f"transform must look like 'package.module:function', not {self.transform!r}")
         require(self.data_storage_version is None or isinstance(self.data_storage_version, str),
                  f"data_storage_version must be a string such as '2.0', not {self.data_storage_version!r}")
+        require(self.reader in READERS, f"reader must be one of {READERS}, not {self.reader!r}")
         sizes, vector_casts = vector_map(self.fixed_size_lists)
         casts = cast_map(self.cast)
         twice = sorted((set(sizes) | set(vector_casts)) & set(casts))
@@ -367,6 +375,8 @@ class WriteJobSpec:
             extra["cast"] = dict(self.cast)
         if self.transform:
             extra["transform"] = self.transform
+        if self.reader != "auto":
+            extra["reader"] = self.reader
         return {
             **extra,
             "spec_version": SPEC_VERSION,
@@ -412,6 +422,7 @@ class WriteJobSpec:
                 fixed_size_lists=data.get("fixed_size_lists") or {},
                 cast=data.get("cast") or {},
                 transform=data.get("transform"),
+                reader=data.get("reader", "auto"),
             )
         except KeyError as exc:
             raise JobSpecError(f"job spec lacks {exc.args[0]!r}") from None
