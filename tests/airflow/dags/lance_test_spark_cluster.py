@@ -78,12 +78,15 @@ with DAG("lance_test_spark_cluster_faults", **ARGS) as faults_dag:
 
 # The Airflow task process killed between the Spark job's end and the commit
 # (tests/airflow/operators/test_spark_cluster_faults.py runs this DAG in a child process, kills it
-# when a staged result appears, and runs it again with the same logical date).
+# when a staged result appears, and runs it again with the same logical date and run id).
+# dag.test() recreates the DAG run each time (every task at try 1 again), so the key is given: the
+# default key's value, which makes a first try look for its landed commit as a retry always does.
+KEY = "{{ dag.dag_id }}/{{ run_id }}/{{ task.task_id }}/{{ ti.map_index }}"
 with DAG("lance_test_spark_cluster_kill", **ARGS) as kill_dag:
     LanceSparkWriteOperator(task_id="write", uri=f"{ROOT}/killed.lance", mode="create", source_sql=ROWS_SQL,
-                            **common) >> LanceSparkMergeInsertOperator(
+                            idempotency_key=KEY, **common) >> LanceSparkMergeInsertOperator(
         task_id="merge_insert", uri=f"{ROOT}/killed.lance", on="id", num_partitions=2,
-        source_sql="SELECT id, x, name FROM (" + UPSERT_SQL + ")", **common)
+        source_sql="SELECT id, x, name FROM (" + UPSERT_SQL + ")", idempotency_key=KEY, **common)
 
 # Speculative execution: partition 0's first attempt is slow; Spark runs a duplicate attempt
 # (the faults test's cluster has its workers on two loopback addresses: Spark never runs a
