@@ -56,11 +56,13 @@ def slow_first_attempt(spark: SparkSession) -> DataFrame:
     """3,000 rows in 4 partitions; the first attempt of partition 0 passes its rows on (the write
     consumes them) and then waits until a speculative attempt of partition 0 started and at most
     120 s more: Spark's speculation runs a duplicate attempt, which finishes first. Every attempt
-    writes ``<LANCE_CLUSTER_TEST_ROOT>/started/<partition>-<attempt>-<pid>``."""
+    writes ``<LANCE_CLUSTER_TEST_ROOT>/started/<partition>-<attempt>-<pid>``. Rows carry 1 KB of
+    padding: a partition's rows (750 KB) exceed the Python worker's output buffer, so the slow
+    attempt's rows reach the writer (which writes its files) before it waits."""
     import os
 
     root = os.environ["LANCE_CLUSTER_TEST_ROOT"]
-    df = spark.range(0, ROWS, 1, 4)
+    df = spark.range(0, ROWS, 1, 4).selectExpr("id", "repeat('x', 1000) AS pad")
 
     def slow_first(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pathlib

@@ -93,7 +93,9 @@ with DAG("lance_test_spark_cluster_kill", **ARGS) as kill_dag:
 # speculative copy on the host of the attempt it duplicates).
 SPECULATION = {"spark.speculation": "true", "spark.speculation.interval": "100ms",
                "spark.speculation.multiplier": "1.5", "spark.speculation.quantile": "0.5",
-               "spark.speculation.minTaskRuntime": "1s"}
+               "spark.speculation.minTaskRuntime": "1s",
+               # batches of 100 rows: the slow attempt's rows reach its writer before it waits
+               "spark.sql.execution.arrow.maxRecordsPerBatch": "100"}
 with DAG("lance_test_spark_cluster_speculation", **ARGS) as speculation_dag:
     LanceSparkWriteOperator(task_id="speculated", uri=f"{ROOT}/speculated.lance", mode="create",
                             source_callable="cluster_sources:slow_first_attempt", py_files=SOURCES,
