@@ -175,12 +175,28 @@ class LanceSparkMergeInsertOperator(LanceDmlOperator):
     def lineage_sources(self) -> list[LineageDataset]:
         return spark_source_datasets(self._lineage_source())
 
+    def _reusable_result(self, spec: MergeInsertJobSpec) -> MergeInsertJobResult | None:
+        """The result an earlier try staged for this very job (same key, same spec: the same read
+        version and source), if all its files are there: a try killed between the job's end and the
+        commit leaves it, and the retry commits it instead of running the job again."""
+        staged = MergeInsertJobResult.load(spec.staging_root, spec.staging_name, spec.storage_options)
+        if staged is None or staged.spec_digest != spec.digest():
+            return None
+        missing = staged.missing_files(spec.uri, spec.storage_options)
+        if missing:
+            self.log.warning("Not reusing the staged result of an earlier try: %d files are missing", len(missing))
+            return None
+        self.log.info("Reusing the Spark merge insert staged by an earlier try of this task (Spark job not run)")
+        return staged
+
     def plan(self, ds: lance.LanceDataset, key: str, context: Context) -> Planned:
         spec = self._spec(ds, key)
-        self.log.info("Spark job: %s", spec.describe())
-        self.spark_runner().run(spec.to_json(), f"lance-merge-insert-{spec.digest()[:12]}.json",
-                                f"the Spark merge insert job for {ds.uri}")
-        staged = MergeInsertJobResult.load(spec.staging_root, spec.staging_name, spec.storage_options)
+        staged = self._reusable_result(spec)
+        if staged is None:
+            self.log.info("Spark job: %s", spec.describe())
+            self.spark_runner().run(spec.to_json(), f"lance-merge-insert-{spec.digest()[:12]}.json",
+                                    f"the Spark merge insert job for {ds.uri}")
+            staged = MergeInsertJobResult.load(spec.staging_root, spec.staging_name, spec.storage_options)
         if staged is None or staged.spec_digest != spec.digest():
             raise LanceStagedResultError(f"the Spark merge insert job for {ds.uri} finished without staging its result")
         self.log.info("Spark job %.2f s: %d new fragments (%s), %d deletion vectors, %d fragments removed",

@@ -22,6 +22,7 @@ from airflow_lance.spark.spec import (
     JobSpecError,
     SourceSpec,
     StagedResult,
+    missing_fragment_files,
     require,
     string_map,
 )
@@ -184,6 +185,11 @@ class MergeInsertJobResult(StagedResult):
         """pylance's ``merge_insert`` result."""
         return {"num_inserted_rows": self.num_inserted_rows, "num_updated_rows": self.num_updated_rows,
                 "num_deleted_rows": self.num_deleted_rows}
+
+    def missing_files(self, dataset_uri: str, storage_options: Mapping[str, str]) -> list[str]:
+        """Data files of the new fragments and deletion files of the updated ones that do not
+        exist (any means: do not commit it)."""
+        return missing_fragment_files(dataset_uri, storage_options, (*self.new_fragments, *self.updated_fragments))
 
     def to_json(self) -> str:
         return json.dumps({

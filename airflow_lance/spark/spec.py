@@ -469,6 +469,19 @@ def discard_staged(staging_root: str, staging_name: str, storage_options: Mappin
     open_store(staging_root, storage_options).delete(staging_name)
 
 
+def missing_fragment_files(dataset_uri: str, storage_options: Mapping[str, str],
+                           fragments: Sequence[FragmentMetadata]) -> list[str]:
+    """The data and deletion files of ``fragments`` (in the dataset's own base) that do not exist:
+    a staged result naming any of them must not be committed."""
+    from airflow_lance.core.deletion import deletion_path
+
+    store = open_store(dataset_uri, storage_options)
+    paths = [data_file_path(f.path) for fragment in fragments for f in fragment.files if f.base_id is None]
+    paths += [deletion_path(fragment.id, fragment.deletion_file) for fragment in fragments
+              if fragment.deletion_file is not None and fragment.deletion_file.base_id is None]
+    return [path for path in paths if not store.exists(path)]
+
+
 class StagedResult:
     """Saving, loading and discarding a job result staged as JSON (``to_json`` / ``from_json``)."""
 
@@ -536,9 +549,7 @@ class WriteJobResult(StagedResult):
 
     def missing_files(self, dataset_uri: str, storage_options: Mapping[str, str]) -> list[str]:
         """Data files of the staged fragments that do not exist (any means: do not commit it)."""
-        store = open_store(dataset_uri, storage_options)
-        paths = (data_file_path(f.path) for fragment in self.fragments for f in fragment.files)
-        return [path for path in paths if not store.exists(path)]
+        return missing_fragment_files(dataset_uri, storage_options, self.fragments)
 
 
 @dataclasses.dataclass(frozen=True)

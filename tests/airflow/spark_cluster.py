@@ -86,8 +86,13 @@ def _spawn(cluster: SparkCluster, name: str, args: list[str], env: dict[str, str
     return process
 
 
-def start_cluster(root: pathlib.Path, workers: int = 2, timeout: float = 120.0) -> SparkCluster:
-    """Start a master and ``workers`` workers (1 core, 1 GiB each); return when all registered."""
+def start_cluster(root: pathlib.Path, workers: int = 2, timeout: float = 120.0,
+                  distinct_hosts: bool = False) -> SparkCluster:
+    """Start a master and ``workers`` workers (1 core, 1 GiB each); return when all registered.
+
+    ``distinct_hosts``: worker ``i`` and its executors bind 127.0.0.<i + 1> instead of 127.0.0.1, so
+    Spark sees as many hosts as workers (it never runs a speculative copy of a task on the host of
+    the attempt it duplicates)."""
     root.mkdir(parents=True, exist_ok=True)
     env = {name: value for name, value in os.environ.items() if not name.startswith(("AIRFLOW", "_AIRFLOW"))}
     env.update({"SPARK_LOCAL_IP": "127.0.0.1", "SPARK_HOME": str(SPARK_HOME), "SPARK_LOG_DIR": str(root),
@@ -98,10 +103,11 @@ def start_cluster(root: pathlib.Path, workers: int = 2, timeout: float = 120.0) 
                                    "--port", str(cluster.port), "--webui-port", str(cluster.ui_port)], env)
         for i, work_dir in enumerate(cluster.work_dirs):
             work_dir.mkdir()
+            host = f"127.0.0.{i + 1}" if distinct_hosts else "127.0.0.1"
             _spawn(cluster, f"worker-{i}", ["org.apache.spark.deploy.worker.Worker", cluster.master_url,
-                                            "--host", "127.0.0.1", "--port", str(free_port()),
+                                            "--host", host, "--port", str(free_port()),
                                             "--webui-port", str(free_port()), "--cores", "1", "--memory", "1g",
-                                            "--work-dir", str(work_dir)], env)
+                                            "--work-dir", str(work_dir)], {**env, "SPARK_LOCAL_IP": host})
         deadline = time.monotonic() + timeout
         while True:
             dead = [p.args for p in cluster.processes if p.poll() is not None]
@@ -119,8 +125,8 @@ def start_cluster(root: pathlib.Path, workers: int = 2, timeout: float = 120.0) 
 
 
 @contextlib.contextmanager
-def spark_cluster(root: pathlib.Path, workers: int = 2) -> Iterator[SparkCluster]:
-    cluster = start_cluster(root, workers)
+def spark_cluster(root: pathlib.Path, workers: int = 2, distinct_hosts: bool = False) -> Iterator[SparkCluster]:
+    cluster = start_cluster(root, workers, distinct_hosts=distinct_hosts)
     try:
         yield cluster
     finally:

@@ -1,5 +1,6 @@
 """Test DAG: LanceSparkMergeInsertOperator on real spark-submit: an upsert whose first try fails
-after the commit, a conditional update with deletes by source from a partial Lance source, duplicate
+after the commit, a conditional update with deletes by source from a partial Lance source whose
+first try fails after the job and before the commit (the retry commits the staged result), duplicate
 source keys and a concurrent append; in ``lance_test_merge_insert_slow`` (make stress) a
 concurrent delete of rows the merge replaces (a retryable conflict) and a failing Spark job. Paths
 come from LANCE_TEST_ROOT, set by the test."""
@@ -46,8 +47,8 @@ common: dict[str, Any] = {"lance_conn_id": "lance_test", "conf": SPARK_CONF, "re
 with DAG("lance_test_merge_insert", schedule=None, start_date=dt.datetime(2025, 1, 1), catchup=False) as dag:
     upsert = failing_first_try(LanceSparkMergeInsertOperator, "after_commit")(
         task_id="upsert", uri=f"{ROOT}/upsert.lance", source_path=f"{ROOT}/upsert.parquet", retries=1, **common)
-    conditional = LanceSparkMergeInsertOperator(
-        task_id="conditional", uri=f"{ROOT}/conditional.lance", source_lance_uri=f"{ROOT}/partial-source.lance",
+    conditional = failing_first_try(LanceSparkMergeInsertOperator, "before_commit")(
+        task_id="conditional", retries=1, uri=f"{ROOT}/conditional.lance", source_lance_uri=f"{ROOT}/partial-source.lance",
         when_matched_update_all_condition=CONDITION, when_not_matched_by_source_delete=True,
         when_not_matched_by_source_delete_expr=BY_SOURCE, **common)
     duplicates = LanceSparkMergeInsertOperator(

@@ -1,6 +1,6 @@
 """The Spark operators on a real standalone cluster (a master and two workers, each its own JVM
 and work directory, tests/airflow/spark_cluster.py) through ``dag.test()``, client deploy mode:
-a write, a Spark compaction and a Kartothek import. The executors ran in the workers'
+a write, a Spark compaction, add columns, a merge insert and a Kartothek import. The executors ran in the workers'
 directories; pylance reads exactly the rows written."""
 
 from __future__ import annotations
@@ -50,8 +50,9 @@ def run(cluster: SparkCluster, tmp_path_factory: pytest.TempPathFactory) -> Clus
 def test_every_operator_ran_one_application_with_an_executor_on_each_worker(run: ClusterRun,
                                                                              cluster: SparkCluster) -> None:
     assert {ti.task_id: ti.state for ti in run.dag_run.get_task_instances()} == {
-        "write": "success", "compact": "success", "kartothek": "success", "task_retried": "success"}
-    assert len(run.apps) == 4  # write, compaction, Kartothek import, retried write: one application each
+        "write": "success", "compact": "success", "add_columns": "success", "merge_insert": "success",
+        "kartothek": "success", "task_retried": "success"}
+    assert len(run.apps) == 6  # write, compaction, add columns, merge insert, Kartothek import, retried write
     for app in run.apps:
         dirs = cluster.executor_dirs(app)
         assert all(len(executors) == 1 for executors in dirs.values()), dirs  # both workers, one executor each
@@ -63,9 +64,16 @@ def test_every_operator_ran_one_application_with_an_executor_on_each_worker(run:
     assert all(n >= 1 for n in tasks_per_worker), tasks_per_worker
 
 
+def test_add_columns_and_merge_insert_ran_their_python_tasks_on_both_workers(run: ClusterRun,
+                                                                           cluster: SparkCluster) -> None:
+    for app in run.apps[2:4]:  # add columns (one task per fragment), merge insert (2 source partitions)
+        tasks_per_worker = [sum(p.joinpath("stderr").read_text().count("Running task") for p in executors)
+                            for executors in cluster.executor_dirs(app).values()]
+        assert len(tasks_per_worker) == 2 and all(n >= 1 for n in tasks_per_worker), (app, tasks_per_worker)
+
+
 def test_pylance_reads_exactly_the_rows_written_and_compacted(run: ClusterRun) -> None:
-    ds = pylance.dataset(str(run.root / "written.lance"))
-    assert ds.version == 2  # create, then one Rewrite
+    ds = pylance.dataset(str(run.root / "written.lance"), version=2)  # create, then one Rewrite
     ids = pa.array(range(3000), pa.int64())
     expected = pa.table({"id": ids, "x": pa.array([i * 0.5 for i in range(3000)]),
                          "name": pa.array([f"row-{i}" for i in range(3000)])}).cast(ds.schema)
@@ -74,6 +82,28 @@ def test_pylance_reads_exactly_the_rows_written_and_compacted(run: ClusterRun) -
     assert xcom_value(run.dag_run, "write")["num_fragments"] == 12
     v1 = pylance.dataset(str(run.root / "written.lance"), version=1)
     assert len(v1.get_fragments()) == 12 and v1.to_table().sort_by("id").equals(expected)
+
+
+def test_pylance_reads_exactly_the_added_column_and_the_merged_rows(run: ClusterRun) -> None:
+    uri = str(run.root / "written.lance")
+    assert [v["version"] for v in pylance.dataset(uri).versions()] == [1, 2, 3, 4]
+    added = pylance.dataset(uri, version=3)  # Merge: x2 = x * 2 on both fragments
+    assert added.schema.names == ["id", "x", "name", "x2"] and len(added.get_fragments()) == 2
+    table = added.to_table().sort_by("id")
+    assert table["x2"].to_pylist() == [i * 0.5 * 2 for i in range(3000)]
+    assert xcom_value(run.dag_run, "add_columns")["operation"] == "merge"
+    merged = pylance.dataset(uri, version=4)  # ids 2,500-3,499 from the source: 500 updated, 500 inserted
+    old, new = range(2500), range(2500, 3500)
+    expected = pa.table({
+        "id": pa.array([*old, *new], pa.int64()),
+        "x": pa.array([i * 0.5 for i in old] + [i * -1.0 for i in new]),
+        "name": pa.array([f"row-{i}" for i in old] + [f"new-{i}" for i in new]),
+        "x2": pa.array([float(i) for i in old] + [i * -2.0 for i in new]),
+    }).cast(merged.schema)
+    assert merged.to_table().sort_by("id").equals(expected)
+    result = xcom_value(run.dag_run, "merge_insert")
+    assert (result["num_inserted_rows"], result["num_updated_rows"], result["num_deleted_rows"]) == (500, 500, 0)
+    assert result["version"] == 4 and result["read_version"] == 3
 
 
 def test_kartothek_import_on_the_cluster_equals_the_source(run: ClusterRun) -> None:
@@ -85,7 +115,7 @@ def test_kartothek_import_on_the_cluster_equals_the_source(run: ClusterRun) -> N
 
 def test_a_task_failing_on_its_first_attempt_is_retried_by_spark_and_written_once(run: ClusterRun,
                                                                                     cluster: SparkCluster) -> None:
-    assert "injected failure of the first attempt of partition 1" in cluster.executor_stderr(run.apps[3])
+    assert "injected failure of the first attempt of partition 1" in cluster.executor_stderr(run.apps[-1])
     ds = pylance.dataset(str(run.root / "retried.lance"))
     assert ds.version == 1 and len(ds.versions()) == 1
     assert sorted(ds.to_table()["id"].to_pylist()) == list(range(3000))

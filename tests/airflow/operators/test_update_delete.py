@@ -98,10 +98,12 @@ def test_delete_equals_pylance_delete(run: DmlRun, task_id: str) -> None:
 
 
 def test_spark_jobs_ran_only_where_needed(run: DmlRun) -> None:
-    # update_spark once (its retry finds the landed commit), delete_spark twice (its first try failed
-    # before the commit), update_spark_fails once; the local tasks never
+    # update_spark once (its retry finds the landed commit), delete_spark once (its first try failed
+    # after the job, before the commit: the retry commits the result it staged), update_spark_fails
+    # once; the local tasks never
     specs = [next(a for a in argv if a.endswith(".json")) for _, argv, _ in run.spy.runs()]
-    assert [pathlib.Path(s).name.split("-")[1] for s in specs] == ["update", "delete", "delete", "update"]
+    assert [pathlib.Path(s).name.split("-")[1] for s in specs] == ["update", "delete", "update"]
+    assert run.tis["delete_spark"].try_number == 2
 
 
 def test_bad_column_fails_before_anything_is_written(run: DmlRun) -> None:

@@ -1,0 +1,169 @@
+"""Scale with bounded memory: ids and 256-float32 embeddings written through
+``LanceSparkWriteOperator`` (``dag.test()``) while the peak RSS of every process of the job is
+sampled from /proc every 0.5 s (tests/airflow/spark_scale.py). The peak of each process kind stays
+under :data:`spark_scale.RSS_BOUNDS_MIB` whatever the size: 100 MB on local[2] here, 8 GB on
+local[2] and on the standalone cluster in ``make stress``, where Spark's own Parquet write of the
+same DataFrame runs in the same test for comparison (bench/bench_spark_scale.py prints the same)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import lance as pylance
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as pa_ds
+import pytest
+from lance_airflow_testing import connection_env, load_dag, task_instances, task_logs_to
+from spark_cluster import SPARK_HOME, SparkCluster, spark_cluster
+from spark_scale import (
+    DIM,
+    PARQUET_JOB,
+    ROW_BYTES,
+    RSS_BOUNDS_MIB,
+    RssSampler,
+    expected_embeddings,
+    over_bound,
+)
+
+SAMPLE = 2000  # rows whose embeddings are checked against the values computed here
+
+
+def _size(path: pathlib.Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def _check_sample(ds: Any, rows: int) -> None:
+    """Every id once; a sample of rows (first, last, random) holds exactly the source's embeddings."""
+    ids = ds.to_table(columns=["id"])["id"].to_numpy()
+    assert len(ids) == rows and np.array_equal(np.sort(ids), np.arange(rows))
+    picked = np.unique(np.concatenate([[0, rows - 1], np.random.default_rng(7).integers(0, rows, SAMPLE)]))
+    table = ds.to_table(columns=["id", "embedding"], filter=pa_ds.field("id").isin(pa.array(picked)))
+    table = table.sort_by("id")
+    assert table["id"].to_numpy().tolist() == picked.tolist()
+    got = table["embedding"].combine_chunks()
+    assert got.type == pa.list_(pa.float32(), DIM)
+    assert np.array_equal(got.values.to_numpy().reshape(-1, DIM), expected_embeddings(picked))
+
+
+def run_lance_write(root: pathlib.Path, rows: int, partitions: int, cluster: SparkCluster | None) -> dict[str, Any]:
+    """The operator's write of ``rows`` rows; its times, size and peak RSS per process kind."""
+    root.mkdir(parents=True, exist_ok=True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LANCE_SCALE_ROOT", str(root))
+        mp.setenv("LANCE_SCALE_ROWS", str(rows))
+        mp.setenv("LANCE_SCALE_PARTITIONS", str(partitions))
+        mp.setenv(*connection_env("lance_test", conn_type="lance", host=str(root)))
+        if cluster is not None:
+            mp.setenv("LANCE_SCALE_SPARK_CONN", "spark_cluster")
+            mp.setenv(*connection_env("spark_cluster", conn_type="spark", host="spark://127.0.0.1",
+                                      port=cluster.port))
+        os.sync()
+        roots = [os.getpid(), *([p.pid for p in cluster.processes] if cluster is not None else [])]
+        start = time.monotonic()
+        with RssSampler(roots) as sampler, task_logs_to(root / "task-log.txt"):
+            dag_run = load_dag("lance_test_spark_scale.py", "lance_test_spark_scale").test()
+        seconds = time.monotonic() - start
+    assert task_instances(dag_run)["write"].state == "success", (root / "task-log.txt").read_text()[-5000:]
+    log = (root / "task-log.txt").read_text(errors="replace")
+    job = float(re.search(r"Spark job ([0-9.]+) s: ", log).group(1))  # spark-submit start to exit
+    dataset = root / "scale.lance"
+    return {"rows": rows, "partitions": partitions, "arrow_bytes": rows * ROW_BYTES, "bytes": _size(dataset),
+            "job_seconds": job, "task_seconds": round(seconds, 2), "rss": sampler.report(),
+            "samples": sampler.samples, "dataset": dataset}
+
+
+def run_parquet_write(root: pathlib.Path, rows: int, partitions: int, cluster: SparkCluster | None) -> dict[str, Any]:
+    """Spark's own Parquet write of the same DataFrame, spark-submit with the same settings."""
+    out = root / "scale.parquet"
+    conf = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2", "spark.executor.memory": "512m",
+            "spark.scheduler.minRegisteredResourcesRatio": "1.0", "spark.log.level": "WARN"}
+    command = [str(SPARK_HOME / "bin" / "spark-submit"), "--master",
+               cluster.master_url if cluster is not None else "local[2]",
+               *[a for k, v in conf.items() for a in ("--conf", f"{k}={v}")],
+               str(PARQUET_JOB), str(rows), str(partitions), str(out)]
+    os.sync()
+    roots = [os.getpid(), *([p.pid for p in cluster.processes] if cluster is not None else [])]
+    start = time.monotonic()
+    with RssSampler(roots) as sampler:
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+    seconds = time.monotonic() - start
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return {"job_seconds": round(seconds, 2), "bytes": _size(out), "rss": sampler.report(), "path": out}
+
+
+def scale_case(root: pathlib.Path, rows: int, partitions: int, cluster: SparkCluster | None,
+               parquet: bool) -> dict[str, Any]:
+    """The Lance write (checked: every id, a sample of embeddings), then, with ``parquet``, Spark's
+    Parquet write of the same data; every file is deleted afterwards. Returns the numbers."""
+    try:
+        lance_run = run_lance_write(root, rows, partitions, cluster)
+        ds = pylance.dataset(str(lance_run.pop("dataset")))
+        assert ds.version == 1 and ds.count_rows() == rows
+        _check_sample(ds, rows)
+        result: dict[str, Any] = {"where": "cluster" if cluster is not None else "local[2]", "lance": lance_run}
+        shutil.rmtree(root / "scale.lance")  # before the Parquet write: at most one copy on disk
+        if parquet:
+            parquet_run = run_parquet_write(root, rows, partitions, cluster)
+            parquet_run.pop("path")
+            result["parquet"] = parquet_run
+            result["lance_speedup_vs_parquet"] = round(parquet_run["job_seconds"] / lance_run["job_seconds"], 2)
+        return result
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def report(result: dict[str, Any]) -> None:
+    print(json.dumps(result, indent=1), file=sys.stderr)
+    target = os.environ.get("LANCE_SCALE_REPORT")
+    if target:
+        with open(target, "a") as handle:
+            handle.write(json.dumps(result) + "\n")
+
+
+def test_a_100_mb_write_on_local_stays_under_the_memory_bound(tmp_path: pathlib.Path) -> None:
+    rows = 100 * 1000 * 1000 // ROW_BYTES  # ~100 MB of Arrow data, 4 partitions of ~25 MB (make test's budget)
+    result = scale_case(tmp_path / "scale", rows, 4, None, parquet=False)
+    report(result)
+    rss = result["lance"]["rss"]
+    assert {"driver JVM", "Python driver", "Python worker"} <= set(rss), rss
+    assert result["lance"]["samples"] >= 4
+    assert over_bound(rss) == {}, (rss, RSS_BOUNDS_MIB)
+
+
+# -- make stress: 8 GB, local[2] and the cluster, against Spark's Parquet write -----------------------
+SCALE_GB = float(os.environ.get("LANCE_SCALE_GB", "8"))
+SCALE_PARTITIONS = int(os.environ.get("LANCE_SCALE_PARTITIONS_BIG", "32"))
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
+    with spark_cluster(tmp_path_factory.mktemp("spark-cluster-scale")) as running:
+        yield running
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["local", "cluster"])
+def test_an_8_gb_write_stays_under_the_memory_bound_and_beats_spark_parquet(
+        where: str, tmp_path: pathlib.Path, request: pytest.FixtureRequest) -> None:
+    free = shutil.disk_usage(tmp_path).free
+    arrow_bytes = int(SCALE_GB * 1e9)
+    assert free > 2.5 * arrow_bytes, f"{free / 1e9:.1f} GB free: not enough for {SCALE_GB} GB"
+    cluster = request.getfixturevalue("cluster") if where == "cluster" else None
+    result = scale_case(tmp_path / "scale", arrow_bytes // ROW_BYTES, SCALE_PARTITIONS, cluster, parquet=True)
+    report(result)
+    rss = result["lance"]["rss"]
+    assert over_bound(rss) == {}, (rss, RSS_BOUNDS_MIB)
+    if cluster is not None:
+        assert rss["executor JVM"]["processes"] == 2, rss
+    assert result["lance"]["bytes"] >= 0.95 * result["lance"]["arrow_bytes"]
+    assert result["lance_speedup_vs_parquet"] > 1.0, result
