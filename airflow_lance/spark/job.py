@@ -1,4 +1,7 @@
-"""spark-submit entry point of the airflow-lance Spark jobs: ``main([spec_file])``.
+"""spark-submit entry point of the airflow-lance Spark jobs: ``main([spec_file])``; with
+``main(["--connect", settings_file, spec_file])`` the same job as a Spark Connect client
+(:func:`connect_session`; the tasks go to the executors with DataFrame APIs only,
+:mod:`airflow_lance.spark.distributed`).
 
 The spec file (a local path on the driver in client deploy mode; shipped with ``--files`` in
 cluster deploy mode, where the job deletes the copies when it ends) is either
