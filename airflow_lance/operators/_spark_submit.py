@@ -28,6 +28,7 @@ from airflow.providers.common.compat.sdk import AirflowException
 
 from airflow_lance.operators._lineage import with_parent_job_information
 from airflow_lance.operators._spark_code import build_code_zip, write_launcher
+from airflow_lance.operators._spark_connect import SparkConnectJobRunner, is_connect_connection
 from airflow_lance.operators._spark_process import (
     child_environment,
     find_spark_binary,
@@ -117,6 +118,18 @@ class _SparkSubmitHook(SparkSubmitHook):
         return args
 
 
+def check_deploy_mode(hook: _SparkSubmitHook, what: str) -> None:
+    """Cluster deploy mode runs a Python application's driver only on YARN and Kubernetes: Spark
+    refuses it on a standalone master (``spark://``, SparkSubmit: "Cluster deploy mode is currently
+    not supported for python applications on standalone clusters"). Refused here, naming the way out."""
+    master = str(hook._connection["master"])
+    if hook.cluster_deploy_mode and master.startswith("spark://"):
+        raise LanceSparkJobError(
+            f"deploy_mode='cluster' on the standalone master {master}: Spark runs the driver of a Python "
+            f"application in cluster deploy mode only on YARN and Kubernetes; {what} did not run and nothing was "
+            "written. Use client deploy mode (the default) on a standalone cluster")
+
+
 def job_failure_message(what: str, exc: AirflowException, job_failure: str | None = None) -> str:
     """The error of a failed spark-submit: the root cause first, the output tail below.
 
@@ -159,6 +172,7 @@ class SparkJobRunner:
         self.hook_kwargs = {k: v for k, v in hook_kwargs.items() if v is not None}
         self.python_env_archive: str | None = self.hook_kwargs.pop("python_env_archive", None) or None
         self._hook: _SparkSubmitHook | None = None
+        self._connect: SparkConnectJobRunner | None = None
 
     def _hook_for(self, spec_file: str, code_zip: str) -> _SparkSubmitHook:
         kwargs = dict(self.hook_kwargs)
@@ -182,7 +196,16 @@ class SparkJobRunner:
         ``file_name`` names the spec file (it appears in Spark's logs, so no secrets);
         ``what`` describes the job for the error message. Raises
         :class:`SparkSubmitNotFoundError` before anything runs when spark-submit is missing.
+        With a Spark Connect connection (conn type ``spark_connect``) the job runs as a Connect
+        client instead (:mod:`airflow_lance.operators._spark_connect`).
         """
+        if is_connect_connection(self.hook_kwargs.get("conn_id")):
+            self._connect = SparkConnectJobRunner(self.hook_kwargs, self.python_env_archive)
+            try:
+                self._connect.run(spec_json, file_name, what)
+            finally:
+                self._connect = None
+            return
         env = self.environment()
         with tempfile.TemporaryDirectory(prefix="airflow-lance-") as tmp:  # mode 0700
             spec_file = os.path.join(tmp, file_name)
@@ -190,6 +213,7 @@ class SparkJobRunner:
             with os.fdopen(fd, "w") as handle:
                 handle.write(spec_json)
             hook = self._hook_for(spec_file, str(build_code_zip(tmp)))
+            check_deploy_mode(hook, what)
             hook.binary_path = find_spark_binary(hook.binary_name, env)
             if hook.binary_path is None:
                 raise SparkSubmitNotFoundError(
@@ -222,6 +246,9 @@ class SparkJobRunner:
         cluster); the local processes it started (the PySpark driver in client mode, Python
         workers in local mode) would outlive it, so they are stopped first and killed with it.
         """
+        if self._connect is not None:
+            self._connect.kill()
+            return
         hook = self._hook
         if hook is None:
             return

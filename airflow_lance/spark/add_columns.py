@@ -37,6 +37,7 @@ from airflow_lance.core import dataset
 from airflow_lance.core.column_files import AddColumnsPlan
 from airflow_lance.core.evolution import plan_compute
 from airflow_lance.core.scan import read_fragment
+from airflow_lance.spark.distributed import map_tasks, rows_per_partition
 from airflow_lance.spark.spec import JobSpecError
 from airflow_lance.spark.task_spec import TaskJobSpec, decode_schema
 from airflow_lance.spark.worker import bulk_write
@@ -88,7 +89,7 @@ def _run_function(spark: SparkSession, spec: TaskJobSpec, ds: Any, ids: list[int
     write = functools.partial(write_with_function, uri=spec.uri, storage_options=dict(spec.storage_options),
                               plan=plan.to_json(), function=params["function"], function_input=function_input,
                               batch_size=params.get("batch_size"))
-    results = spark.sparkContext.parallelize(list(spec.tasks), len(spec.tasks)).map(write).collect()
+    results = map_tasks(spark, spec.tasks, write)
     return results, {"plan": plan.to_json()}
 
 
@@ -162,7 +163,8 @@ def _run_expressions(spark: SparkSession, spec: TaskJobSpec, ds: Any, ids: list[
                              [pa.field(FRAGMENT_COLUMN, pa.int64(), False), pa.field(ROW_COLUMN, pa.int64(), False)])
     spark_schema = from_arrow_schema(arrow_inputs)
     spark_arrow = to_arrow_schema(spark_schema, prefers_large_types=_large_types(spark))
-    seeds = spark.createDataFrame(spark.sparkContext.parallelize([(i,) for i in ids], len(ids)), "fragment_id long")
+    seeds = rows_per_partition(spark, [[(i,)] for i in ids], "fragment_id long",
+                               pa.schema([("fragment_id", pa.int64())]))
     read = functools.partial(read_inputs, uri=spec.uri, storage_options=dict(spec.storage_options),
                              version=ds.version, columns=list(inputs),
                              spark_arrow=spark_arrow.serialize().to_pybytes())

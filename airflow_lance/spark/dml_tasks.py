@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_lance.core import dataset, delete_uncommitted, update_uncommitted
+from airflow_lance.spark.distributed import map_tasks
 from airflow_lance.spark.task_spec import TaskJobSpec
 from airflow_lance.spark.worker import bulk_write
 
@@ -61,7 +62,7 @@ def _run(spark: SparkSession, spec: TaskJobSpec) -> tuple[list[Any], dict[str, A
     execute = functools.partial(execute_dml_task, kind=spec.kind, uri=spec.uri,
                                 storage_options=dict(spec.storage_options), params=dict(spec.params))
     tasks = [list(t) for t in spec.tasks]
-    return spark.sparkContext.parallelize(tasks, len(tasks)).map(execute).collect(), {}
+    return map_tasks(spark, tasks, execute), {}
 
 
 def run_update(spark: SparkSession, spec: TaskJobSpec) -> tuple[list[Any], dict[str, Any]]:

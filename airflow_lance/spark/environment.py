@@ -206,6 +206,11 @@ def check_on_executors(spark: Any, requirements: Sequence[Mapping[str, Any]]) ->
     """Run the probe in one task per core slot; the executors' reports (see :func:`probe_partition`)."""
     import functools
 
-    slots = max(int(spark.sparkContext.defaultParallelism), 1)
+    from airflow_lance.spark.distributed import default_parallelism, is_connect, map_task_partitions
+
+    slots = default_parallelism(spark)
     probe = functools.partial(probe_partition, list(requirements))
+    if is_connect(spark):  # no RDDs: mapInArrow (Spark Connect's Python workers have pyarrow)
+        return list(map_task_partitions(spark, range(slots), probe))
+    # an RDD needs nothing but Python on the executors: the check reports a missing pyarrow too
     return list(spark.sparkContext.parallelize(range(slots), slots).mapPartitions(probe).collect())

@@ -1,4 +1,7 @@
-"""spark-submit entry point of the airflow-lance Spark jobs: ``main([spec_file])``.
+"""spark-submit entry point of the airflow-lance Spark jobs: ``main([spec_file])``; with
+``main(["--connect", settings_file, spec_file])`` the same job as a Spark Connect client
+(:func:`connect_session`; the tasks go to the executors with DataFrame APIs only,
+:mod:`airflow_lance.spark.distributed`).
 
 The spec file (a local path on the driver in client deploy mode; shipped with ``--files`` in
 cluster deploy mode, where the job deletes the copies when it ends) is either
@@ -285,24 +288,81 @@ def run(spark: SparkSession, spec: WriteJobSpec) -> WriteJobResult:
     return result
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """spark-submit entry point; returns the process exit status."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 1:
-        print("usage: job.py <spec.json>", file=sys.stderr)
-        return 2
+#: ``job.py --connect <settings.json> <spec.json>``: run as a Spark Connect client.
+CONNECT_OPTION = "--connect"
+
+
+def connect_session(settings_file: str) -> SparkSession:
+    """A new Spark Connect session from the settings file the operator wrote (mode 0600):
+    ``{"remote": "sc://...", "conf": {...}, "artifacts": [paths]}``; the artifacts (the Lance
+    code zip, the operator's ``py_files``) are added as Python files, so the server's Python
+    workers import the shipped code. The remote URL may hold a token: it is never printed."""
     from pyspark.sql import SparkSession
 
+    with open(settings_file, "rb") as handle:
+        settings = json.loads(handle.read())
+    builder = SparkSession.builder.remote(settings["remote"])
+    if settings.get("conf"):
+        builder = builder.config(map={str(k): str(v) for k, v in settings["conf"].items()})
+    spark = builder.create()
+    try:
+        for artifact in settings.get("artifacts") or ():
+            spark.addArtifacts(artifact, pyfile=True)
+    except BaseException:
+        spark.stop()
+        raise
+    return spark
+
+
+def _interrupt_on_sigterm(spark: SparkSession) -> None:
+    """On SIGTERM (the operator killing this client), interrupt the session's running operations
+    on the server before exiting: a Connect server does not stop them when a client goes away."""
+    import signal
+
+    def interrupt(signum: int, _frame: object) -> None:
+        with contextlib.suppress(Exception):
+            spark.interruptAll()
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
+def _session(args: list[str]) -> tuple[SparkSession, bool]:
+    """The job's session and whether it is a Spark Connect one."""
+    from pyspark.sql import SparkSession
+
+    if args[0] == CONNECT_OPTION:
+        spark = connect_session(args[1])
+        _interrupt_on_sigterm(spark)
+        print(f"airflow-lance job: Spark Connect session {spark.session_id}", flush=True)
+        return spark, True
     builder = SparkSession.builder
     if not os.environ.get("PYSPARK_GATEWAY_PORT"):  # spark-submit names every application (--name)
         builder = builder.appName(APP_NAME)
     spark = builder.getOrCreate()
+    print(f"airflow-lance job: application {spark.sparkContext.appName!r} "
+          f"({spark.sparkContext.applicationId})", flush=True)
+    return spark, False
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """spark-submit entry point (and Spark Connect client: ``--connect <settings> <spec>``);
+    returns the process exit status."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != (3 if args[:1] == [CONNECT_OPTION] else 1):
+        print(f"usage: job.py [{CONNECT_OPTION} <settings.json>] <spec.json>", file=sys.stderr)
+        return 2
+    start = time.monotonic()
+    try:
+        spark, connect = _session(args)
+    except Exception as exc:  # noqa: BLE001 - reported to the operator through the exit status
+        traceback.print_exc()
+        print(f"airflow-lance job failed: {describe_failure(exc)}", file=sys.stderr, flush=True)
+        return 1
+    args = args[-1:]
     shipped: str | None = None
     try:
-        start = time.monotonic()
-        print(f"airflow-lance job: application {spark.sparkContext.appName!r} "
-              f"({spark.sparkContext.applicationId})", flush=True)
-        path, was_shipped = find_spec_file(args[0])
+        path, was_shipped = (args[0], False) if connect else find_spec_file(args[0])
         if was_shipped:
             shipped = os.path.basename(path)
         with open(path, "rb") as handle:

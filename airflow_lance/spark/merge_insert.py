@@ -36,6 +36,7 @@ from airflow_lance.core.schema import LanceSchema
 from airflow_lance.core.update import carry_row_ids, delete_offsets, moved_row_ids
 from airflow_lance.spark import merge_keys
 from airflow_lance.spark.conform import harmonize
+from airflow_lance.spark.distributed import default_parallelism
 from airflow_lance.spark.merge_insert_spec import MergeInsertJobResult, MergeInsertJobSpec, unique
 from airflow_lance.spark.read import read_lance
 from airflow_lance.spark.worker import bulk_write
@@ -312,7 +313,7 @@ def _write_rows(spark: SparkSession, spec: MergeInsertJobSpec, classified: DataF
     columns = [F.col(f"`{n}`") if n in source_columns else F.col(TARGET + n).alias(n)
                for n in names if n in source_columns or n in target_columns]
     new_rows = classified.where(F.col(KIND).isin(UPDATED, INSERTED)).select(*columns, KIND, ROW_ADDRESS)
-    writers = spec.num_partitions or max(1, min(spark.sparkContext.defaultParallelism,
+    writers = spec.num_partitions or max(1, min(default_parallelism(spark),
                                                 math.ceil(rows / MIN_ROWS_PER_WRITER)))
     new_rows = new_rows.coalesce(writers)
     stable = ds._stable_row_ids
@@ -331,7 +332,7 @@ def _write_deletions(spark: SparkSession, spec: MergeInsertJobSpec, classified: 
     from pyspark.sql import functions as F
 
     addresses = classified.where(F.col(KIND).isin(UPDATED, DELETED)).select(ROW_ADDRESS)
-    tasks = spec.num_partitions or max(1, min(spark.sparkContext.defaultParallelism, len(ds.get_fragments())))
+    tasks = spec.num_partitions or max(1, min(default_parallelism(spark), len(ds.get_fragments())))
     addresses = addresses.repartition(tasks, F.shiftright(F.col(ROW_ADDRESS), 32))
     writer = functools.partial(write_deletions, uri=spec.uri, storage_options=dict(spec.storage_options),
                                read_version=spec.read_version)

@@ -31,6 +31,7 @@ import pyarrow as pa
 
 from airflow_lance.core import InvalidInputError, LanceDataset, dataset
 from airflow_lance.core.fragment_read import SelectionReader
+from airflow_lance.spark.distributed import rows_per_partition
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -178,10 +179,6 @@ def pack_tasks(tasks: Sequence[ReadTask], rows_per_partition: int | None) -> lis
     return groups
 
 
-def _flatten(group: list[Any]) -> list[Any]:
-    return group
-
-
 # -- reading (executors) ---------------------------------------------------------------------------
 
 _OPENED: dict[tuple[str, int], tuple[LanceDataset, dict[int, Any]]] = {}
@@ -320,7 +317,7 @@ def dataframe_of(spark: SparkSession, uri: str, planned: LanceRead, *,
     if not planned.tasks:
         return spark.createDataFrame([], spark_schema)
     groups = [_task_rows(group) for group in planned.partitions or [[t] for t in planned.tasks]]
-    tasks = spark.sparkContext.parallelize(groups, len(groups)).flatMap(_flatten)
+    tasks = rows_per_partition(spark, groups, TASK_DDL, TASK_SCHEMA)
     reader = functools.partial(
         read_tasks,
         uri=uri,
@@ -332,4 +329,4 @@ def dataframe_of(spark: SparkSession, uri: str, planned: LanceRead, *,
         schema=planned.schema,
         with_row_id=with_row_id,
     )
-    return spark.createDataFrame(tasks, TASK_DDL).mapInArrow(reader, spark_schema)
+    return tasks.mapInArrow(reader, spark_schema)

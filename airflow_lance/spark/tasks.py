@@ -1,7 +1,7 @@
 """The Spark task job: independent tasks of one core operation, run on the executors.
 
 Each task of a :class:`~airflow_lance.spark.task_spec.TaskJobSpec` becomes one Spark task
-(one RDD partition); the driver collects the JSON results in task order and the caller
+(one Spark partition, :mod:`airflow_lance.spark.distributed`); the driver collects the JSON results in task order and the caller
 stages them. Nothing is committed here.
 
 * ``compaction``: ``CompactionTask.execute`` against the plan's read version; results are
@@ -29,6 +29,7 @@ from airflow_lance.core import (
     write_kartothek_partitions,
 )
 from airflow_lance.spark.add_columns import run_add_columns
+from airflow_lance.spark.distributed import map_task_partitions, map_tasks
 from airflow_lance.spark.dml_tasks import run_delete, run_update
 from airflow_lance.spark.spec import JobSpecError
 from airflow_lance.spark.task_spec import TaskJobResult, TaskJobSpec
@@ -55,7 +56,7 @@ def write_partition_group(labels: Iterator[Sequence[str]], *, plan: KartothekImp
 
 def _run_on_executors(spark: SparkSession, tasks: Sequence[Any], function: Callable[[Any], Any]) -> list[Any]:
     """``function`` over ``tasks``, one Spark task each; results in task order."""
-    return spark.sparkContext.parallelize(list(tasks), len(tasks)).map(function).collect()
+    return map_tasks(spark, tasks, function)
 
 
 def run_compaction(spark: SparkSession, spec: TaskJobSpec) -> tuple[list[Any], dict[str, Any]]:
@@ -100,7 +101,7 @@ def run_kartothek_import(spark: SparkSession, spec: TaskJobSpec) -> tuple[list[A
         return [], {"already_imported_version": planned.version}
     write = functools.partial(write_partition_group, plan=planned)
     groups = [list(group) for group in spec.tasks]
-    results = spark.sparkContext.parallelize(groups, len(groups)).mapPartitions(write).collect()
+    results = map_task_partitions(spark, groups, write)
     return results, {}
 
 
