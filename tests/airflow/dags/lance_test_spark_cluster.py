@@ -15,7 +15,7 @@ import os
 import pathlib
 from typing import Any
 
-from airflow.providers.common.compat.sdk import DAG
+from airflow.providers.common.compat.sdk import DAG, chain
 
 from airflow_lance.operators.kartothek import KartothekToLanceOperator
 from airflow_lance.operators.maintenance import LanceCompactFilesOperator
@@ -43,17 +43,19 @@ with DAG("lance_test_spark_cluster", **ARGS) as dag:
                                     source_sql=ROWS_SQL, max_rows_per_file=250, **common)
     compact = LanceCompactFilesOperator(task_id="compact", uri=f"{ROOT}/written.lance", mode="spark",
                                         compaction_options={"target_rows_per_fragment": 1500}, **common)
-    add_columns = LanceSparkAddColumnsOperator(task_id="add_columns", uri=f"{ROOT}/written.lance",
-                                               expressions={"x2": "x * 2"}, **common)
-    merge_insert = LanceSparkMergeInsertOperator(task_id="merge_insert", uri=f"{ROOT}/written.lance", on="id",
-                                                 source_sql=UPSERT_SQL, num_partitions=2, **common)
+    evolve: list[Any] = []
+    if os.environ.get("LANCE_CLUSTER_TEST_FULL") == "1":  # make stress: two more applications on the cluster
+        evolve = [LanceSparkAddColumnsOperator(task_id="add_columns", uri=f"{ROOT}/written.lance",
+                                               expressions={"x2": "x * 2"}, **common),
+                  LanceSparkMergeInsertOperator(task_id="merge_insert", uri=f"{ROOT}/written.lance", on="id",
+                                                source_sql=UPSERT_SQL, num_partitions=2, **common)]
     kartothek = KartothekToLanceOperator(
         task_id="kartothek", store_uri=f"file://{FIXTURE_STORE}", dataset_uuid="two_keys",
         target=f"{ROOT}/two_keys.lance", execution="spark", num_partitions=2, **common)
     retried = LanceSparkWriteOperator(task_id="task_retried", uri=f"{ROOT}/retried.lance", mode="create",
                                       source_callable="cluster_sources:first_attempt_fails", py_files=SOURCES,
                                       **common)
-    write >> compact >> add_columns >> merge_insert >> kartothek >> retried
+    chain(write, compact, *evolve, kartothek, retried)
 
 # The executors' Python: one lacking packages the job needs (LANCE_CLUSTER_TEST_LACKING_PYTHON; the
 # driver keeps the full one), then a packed environment (LANCE_CLUSTER_TEST_ARCHIVE).
