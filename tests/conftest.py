@@ -18,6 +18,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def spark_class_cache(request: pytest.FixtureRequest) -> None:
+    """Sessions that start Spark JVMs share one class-data archive (tests/spark_class_cache.py):
+    every spark-submit after it starts in about half the time. Sessions of core tests only skip it."""
+    import os
+    import pathlib
+
+    from spark_class_cache import cached_archive, java_options, spark_submit_binary
+
+    tests = pathlib.Path(__file__).resolve().parent
+    jvm_free = {tests / "core", tests / "interop", tests / "object_stores"}
+    if all(jvm_free.intersection(pathlib.Path(str(item.path)).parents) for item in request.session.items):
+        return
+    spark_submit = spark_submit_binary()
+    if spark_submit is None:
+        return
+    archive = cached_archive(spark_submit)
+    os.environ["SPARK_SUBMIT_OPTS"] = " ".join(filter(None, [os.environ.get("SPARK_SUBMIT_OPTS"), java_options(archive)]))
+
+
 @pytest.fixture
 def uri(tmp_path) -> str:
     """A fresh local dataset location."""
