@@ -226,8 +226,7 @@ def _tasks(spark: SparkSession, spec: WriteJobSpec) -> int:
 def run_direct_write(spark: SparkSession, spec: WriteJobSpec, plan: DirectPlan) -> WriteJobResult:
     """Write the planned splits as fragments on the executors (same writer and conversions as the
     Spark-row path) and check the row count against the files' (Parquet footers) or the rows read."""
-    from airflow_lance.spark.conform import with_casts, with_fixed_size_lists
-    from airflow_lance.spark.writer import check_row_count
+    from airflow_lance.spark.writer import check_row_count, result_schema
 
     start = time.monotonic()
     target_schema = _target_schema(spec)
@@ -246,14 +245,7 @@ def run_direct_write(spark: SparkSession, spec: WriteJobSpec, plan: DirectPlan) 
     if plan.expected_rows is not None:
         check_row_count(fragments, plan.expected_rows, spec.uri)
     check_row_count(fragments, rows, spec.uri)
-    if len(schemas) > 1:
-        raise SchemaMismatchError("the splits produced different Arrow schemas; cannot commit them together")
-    if schemas:
-        schema = pa.ipc.read_schema(pa.py_buffer(schemas.pop()))
-    elif target_schema is not None:
-        schema = target_schema
-    else:
-        schema = with_casts(with_fixed_size_lists(plan.schema, sizes), casts)
+    schema = result_schema(set(schemas), target_schema, lambda: plan.schema, sizes, casts, "the splits")
     return WriteJobResult(spec_digest=spec.digest(), fragments=tuple(fragments), num_rows=rows,
                           bytes_written=sum(d.file_size_bytes or 0 for f in fragments for d in f.files),
                           schema=schema, elapsed_seconds=time.monotonic() - start)

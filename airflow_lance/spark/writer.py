@@ -24,7 +24,7 @@ import functools
 import itertools
 import json
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -135,6 +135,19 @@ def check_row_count(fragments: Sequence[FragmentMetadata], spark_rows: int, uri:
         )
 
 
+def result_schema(schemas: set[bytes], target_schema: pa.Schema | None, source_schema: Callable[[], pa.Schema],
+                  sizes: Mapping[str, int], casts: Mapping[str, str], producers: str) -> pa.Schema:
+    """The schema of a write's fragments: the one schema its tasks wrote (IPC bytes; several are an
+    error), else (no rows) the dataset's, else the source's with the vector sizes and casts applied."""
+    if len(schemas) > 1:
+        raise SchemaMismatchError(f"{producers} produced different Arrow schemas; cannot commit them together")
+    if schemas:
+        return pa.ipc.read_schema(pa.py_buffer(next(iter(schemas))))
+    if target_schema is not None:
+        return target_schema
+    return with_casts(with_fixed_size_lists(source_schema(), sizes), casts)
+
+
 def write_dataframe(
     df: DataFrame,
     *,
@@ -183,15 +196,8 @@ def write_dataframe(
     rows = observed.mapInArrow(writer, RESULT_DDL).collect()
     spark_rows = int(observation.get["rows"])
     fragments = tuple(FragmentMetadata.from_json(row["fragment"]) for row in rows)
-    schemas = {bytes(row["schema"]) for row in rows}
-    if len(schemas) > 1:
-        raise SchemaMismatchError("Spark partitions produced different Arrow schemas; cannot commit them together")
-    if schemas:
-        schema = pa.ipc.read_schema(pa.py_buffer(schemas.pop()))
-    elif target_schema is not None:
-        schema = target_schema
-    else:
-        schema = with_casts(with_fixed_size_lists(df.limit(0).toArrow().schema, sizes), casts)
+    schema = result_schema({bytes(row["schema"]) for row in rows}, target_schema,
+                           lambda: df.limit(0).toArrow().schema, sizes, casts, "Spark partitions")
     check_row_count(fragments, spark_rows, uri)
     return WriteJobResult(
         spec_digest=spec_digest,

@@ -1,6 +1,7 @@
 """Test DAG of the operators' OpenLineage reports: a Spark write from Parquet, a Spark compaction
 of the dataset, its stats, a Kartothek import, a version sensor, a local update and a Spark copy of
-the dataset (a Lance source). Paths come from LANCE_TEST_ROOT, set by the test
+the dataset (a Lance source); and the same without the Spark compaction and copy, run with
+OpenLineage disabled (one spark-submit). Paths come from LANCE_TEST_ROOT, set by the test
 before parsing (the DAG runs in a child process, where OpenLineage is configured)."""
 
 from __future__ import annotations
@@ -35,3 +36,18 @@ with DAG("lance_test_lineage", schedule=None, start_date=dt.datetime(2025, 1, 1)
     copy = LanceSparkWriteOperator(task_id="copy", uri=f"{ROOT}/copy.lance", mode="create",
                                    source_lance_uri=f"{ROOT}/ds.lance", conf=SPARK_CONF)
     write >> compact >> stats >> kartothek >> sense >> update >> copy
+
+with DAG("lance_test_lineage_disabled", schedule=None, start_date=dt.datetime(2025, 1, 1), catchup=False) as dag2:
+    tasks = [
+        LanceSparkWriteOperator(task_id="write", uri=f"{ROOT}/ds.lance", mode="append",
+                                source_path=f"{ROOT}/input.parquet", conf=SPARK_CONF),
+        LanceCompactFilesOperator(task_id="compact", uri=f"{ROOT}/ds.lance",
+                                  compaction_options={"target_rows_per_fragment": 1000}),
+        LanceDatasetStatsOperator(task_id="stats", uri=f"{ROOT}/ds.lance"),
+        KartothekToLanceOperator(task_id="kartothek", store_uri=FIXTURE_STORE, dataset_uuid="two_keys",
+                                 target=f"{ROOT}/two_keys.lance"),
+        LanceVersionSensor(task_id="sense", uri=f"{ROOT}/ds.lance", baseline_version=1, poke_interval=1, timeout=60),
+        LanceUpdateOperator(task_id="update", uri=f"{ROOT}/ds.lance", updates={"name": "'x'"}, where="id < 10"),
+    ]
+    for upstream, downstream in zip(tasks, tasks[1:]):
+        upstream >> downstream

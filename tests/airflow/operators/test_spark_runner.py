@@ -30,7 +30,7 @@ from airflow_lance.operators._spark_process import child_environment, find_spark
 from airflow_lance.operators._spark_submit import LanceSparkJobError, SparkJobRunner, spark_hook_kwargs
 
 SECRET = "S3cr3t-value-never-in-a-child-4d2e"
-TIMEOUT_SECONDS = 90  # Spark starts in 20-30 s on a busy 2-core VM; the job must be in its workers
+TIMEOUT_SECONDS = 45  # Spark reaches its workers in 10-15 s on a busy 2-core VM; the job must be in them
 
 
 @pytest.fixture
