@@ -16,16 +16,18 @@ every local process it started are killed before the exception propagates.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.common.compat.sdk import AirflowException
 
+from airflow_lance.core import FragmentMetadata
 from airflow_lance.operators._lineage import with_parent_job_information
 from airflow_lance.operators._spark_code import build_code_zip, write_launcher
 from airflow_lance.operators._spark_connect import SparkConnectJobRunner, is_connect_connection
@@ -35,7 +37,10 @@ from airflow_lance.operators._spark_process import (
     kill_processes,
     suspend_process_tree,
 )
+from airflow_lance.spark.spec import missing_fragment_files
 from airflow_lance.spark.task_spec import TaskJobResult, TaskJobSpec
+
+log = logging.getLogger(__name__)
 
 #: Spark's log levels (``spark.log.level``, ``SparkContext.setLogLevel``).
 SPARK_LOG_LEVELS = ("ALL", "DEBUG", "ERROR", "FATAL", "INFO", "OFF", "TRACE", "WARN")
@@ -296,15 +301,45 @@ def spark_hook_kwargs(
     return kwargs
 
 
-def run_task_job(runner: SparkJobRunner, spec: TaskJobSpec, what: str) -> TaskJobResult:
-    """Run a task job and return the result it staged (and remove it from the staging location).
+def reusable_task_result(spec: TaskJobSpec, written: Callable[[Any], Iterable[FragmentMetadata]]
+                          ) -> TaskJobResult | None:
+    """The result an earlier try staged for this very job, if it is complete and every file it
+    names is there; else None (the job has to run).
 
-    Raises :class:`LanceSparkJobError` if the job fails and :class:`LanceStagedResultError`
-    if it finished without staging a result of this very spec.
+    "This very job": the same staging location (the task instance's idempotency key) and the same
+    spec digest (read version, tasks and parameters), with one result per task. ``written(result)``
+    gives the fragments one task result wrote (their data and deletion files are checked). A try
+    that failed between the job's end and the commit leaves such a result; its retry commits it
+    instead of running the Spark job again.
     """
+    staged = TaskJobResult.load(spec.staging_root, spec.staging_name, spec.storage_options)
+    if staged is None or staged.spec_digest != spec.digest() or len(staged.results) != len(spec.tasks):
+        return None
+    missing = missing_fragment_files(spec.uri, spec.storage_options,
+                                     [fragment for result in staged.results for fragment in written(result)])
+    if missing:
+        log.warning("Not reusing the result an earlier try staged: %d of its files are missing (%s, ...); "
+                    "running the Spark job again", len(missing), missing[0])
+        return None
+    return staged
+
+
+def run_task_job(runner: SparkJobRunner, spec: TaskJobSpec, what: str,
+                 written: Callable[[Any], Iterable[FragmentMetadata]]) -> TaskJobResult:
+    """The staged result of the task job ``spec``: one an earlier try staged
+    (:func:`reusable_task_result`; the Spark job does not run), or the result of running the job now.
+
+    The result stays staged: the caller removes it (``TaskJobResult.discard``) once its commit
+    landed, or with the files when it gives them up. Raises :class:`LanceSparkJobError` if the job
+    fails and :class:`LanceStagedResultError` if it finished without staging a result of this very spec.
+    """
+    staged = reusable_task_result(spec, written)
+    if staged is not None:
+        log.info("Reusing the result of %s that an earlier try of this task staged (%d task results; the Spark "
+                 "job did not run again)", what, len(staged.results))
+        return staged
     runner.run(spec.to_json(), f"lance-{spec.kind.replace('_', '-')}-{spec.digest()[:12]}.json", what)
     staged = TaskJobResult.load(spec.staging_root, spec.staging_name, spec.storage_options)
     if staged is None or staged.spec_digest != spec.digest():
         raise LanceStagedResultError(f"{what} finished without staging its result")
-    TaskJobResult.discard(spec.staging_root, spec.staging_name, spec.storage_options)
     return staged

@@ -7,8 +7,10 @@ parallel on Spark executors (``execution="spark"``: the Lance code is shipped to
 the Spark write operator, one Spark task per group of partitions), and the worker commits
 everything in one atomic commit. The import is idempotent: a re-run (or a retry after the
 commit landed) of the same source state writes nothing and returns the version that holds
-it. A broken source (missing files, malformed metadata) fails the task with the typed error
-listing every problem, before anything is written.
+it; a retry after a Spark job that finished but whose result was not committed commits that
+staged result without running Spark again (when every file it wrote is still there). A broken
+source (missing files, malformed metadata) fails the task with the typed error listing every
+problem, before anything is written.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from airflow_lance.operators._lineage import LanceLineageMixin, file_dataset, la
 from airflow_lance.operators._spark_submit import LanceSparkJobError, SparkJobRunner, run_task_job, spark_hook_kwargs
 from airflow_lance.operators.spark_write import default_idempotency_key
 from airflow_lance.spark.spec import MAX_BYTES_PER_FILE, MAX_ROWS_PER_FILE, staging_location
-from airflow_lance.spark.task_spec import TaskJobSpec, split_evenly
+from airflow_lance.spark.task_spec import TaskJobResult, TaskJobSpec, split_evenly
 
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context
@@ -43,6 +45,11 @@ EXECUTIONS = ("local", "spark")
 class KartothekImportError(AirflowFailException):
     """The import cannot succeed by retrying: the source is invalid, missing or unsupported, the
     target exists (mode ``create``), or the verification found differences (the commit stays)."""
+
+
+def _written_fragments(result: Any) -> tuple[lance.FragmentMetadata, ...]:
+    """The fragments one Spark task of an import wrote (its ``PartitionsWritten`` JSON)."""
+    return lance.PartitionsWritten.from_json(result).fragments
 
 
 def _check_choice(name: str, value: Any, choices: Sequence[str]) -> None:
@@ -218,8 +225,10 @@ class KartothekToLanceOperator(LanceLineageMixin, BaseOperator):
         """Plan here, write the partitions on Spark executors, commit here (then verify)."""
         planned = self._plan(uri)
         if isinstance(planned, lance.KartothekImportPlan):
-            written = self._write_on_spark(planned, context)
+            written, staged = self._write_on_spark(planned, context)
             result = self._plan(uri) if written is None else lance.commit_kartothek_import(planned, written)
+            if staged is not None:  # committed (or found committed): the staged result has served
+                TaskJobResult.discard(*staged, self.hook.storage_options)
             if isinstance(result, lance.KartothekImportPlan):  # the job found it landed; it vanished since
                 raise LanceSparkJobError(f"the Kartothek import into {uri} was reported committed but is not")
         else:
@@ -232,11 +241,17 @@ class KartothekToLanceOperator(LanceLineageMixin, BaseOperator):
             result = dataclasses.replace(result, verification=report)
         return result
 
-    def _write_on_spark(self, plan: lance.KartothekImportPlan, context: Context) -> lance.PartitionsWritten | None:
-        """The partitions written by a Spark job (None: the job found the import already landed)."""
+    def _write_on_spark(self, plan: lance.KartothekImportPlan, context: Context
+                        ) -> tuple[lance.PartitionsWritten | None, tuple[str, str] | None]:
+        """The partitions written by a Spark job (None: the job found the import already landed), and
+        where the job's result is staged (None when there was nothing to write): the caller removes
+        it after the commit. A result an earlier try of this task staged for the same import (same
+        source state and partition groups; every file it wrote still there) is reused instead of
+        running the job again."""
         labels = [partition.label for partition in plan.source.partitions]
         if not labels:
-            return lance.PartitionsWritten(fragments=(), partitions=0, empty_partitions=0, rows=0, bytes_written=0)
+            return lance.PartitionsWritten(fragments=(), partitions=0, empty_partitions=0, rows=0,
+                                           bytes_written=0), None
         storage_options = self.hook.storage_options
         staging_root, staging_name = staging_location(plan.target_uri,
                                                       f"kartothek/{default_idempotency_key(context)}")
@@ -259,16 +274,17 @@ class KartothekToLanceOperator(LanceLineageMixin, BaseOperator):
             spark_binary=self.spark_binary, spark_submit_kwargs=self.spark_submit_kwargs,
             spark_log_level=self.spark_log_level, python_env_archive=self.python_env_archive,
         ))
-        staged = run_task_job(self._spark_job, spec, f"the Spark Kartothek import job for {plan.target_uri}")
+        staged = run_task_job(self._spark_job, spec, f"the Spark Kartothek import job for {plan.target_uri}",
+                              _written_fragments)
         if staged.info.get("already_imported_version") is not None:
-            return None
+            return None, (staging_root, staging_name)
         written = lance.PartitionsWritten.combine(lance.PartitionsWritten.from_json(r) for r in staged.results)
         if written.partitions != len(labels):
             raise LanceSparkJobError(f"the Spark job wrote {written.partitions} of {len(labels)} partitions; "
                                      "nothing was committed")
         self.log.info("Spark wrote %d rows in %d fragments (%d bytes) in %.1f s", written.rows,
                       len(written.fragments), written.bytes_written, staged.elapsed_seconds)
-        return written
+        return written, (staging_root, staging_name)
 
     def on_kill(self) -> None:
         """Cancel the running Spark job (``execution="spark"``); nothing is committed."""

@@ -38,7 +38,7 @@ from airflow_lance.operators._lineage import LanceLineageMixin, lance_dataset
 from airflow_lance.operators._spark_submit import SparkJobRunner, run_task_job, spark_hook_kwargs
 from airflow_lance.operators.spark_write import default_idempotency_key
 from airflow_lance.spark.spec import staging_location
-from airflow_lance.spark.task_spec import TaskJobSpec
+from airflow_lance.spark.task_spec import TaskJobResult, TaskJobSpec
 
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context
@@ -98,6 +98,11 @@ def _as_older_than(value: Any) -> dt.timedelta | None:
         return dt.timedelta(days=float(value))
     except (TypeError, ValueError) as exc:
         raise ValueError(f"older_than must be a timedelta or a number of days, not {value!r}") from exc
+
+
+def _rewritten_fragments(result: Any) -> tuple[lance.FragmentMetadata, ...]:
+    """The fragments one compaction task wrote (its ``RewriteResult`` JSON)."""
+    return lance.RewriteResult.from_json(result).new_fragments
 
 
 def dataset_stats(ds: lance.LanceDataset, options: lance.CompactionOptions) -> dict[str, Any]:
@@ -215,7 +220,11 @@ class LanceCompactFilesOperator(_LanceMaintenanceOperator):
     (a ``ReserveFragments`` first, then the Rewrite with the indices remapped, as pylance). The
     commit uses the plan's read version: a delete committed concurrently fails the task
     with a retryable conflict (the files written for it are removed), it never brings
-    deleted rows back; a concurrent append is compatible.
+    deleted rows back; a concurrent append is compatible. In mode ``spark`` the job's result is
+    staged until the commit: a retry of a try that failed after the job and before the commit
+    commits that result without running Spark again, when it plans the same compaction (same read
+    version and tasks) and every file the job wrote is still there; otherwise the job runs again.
+    A retry after the commit landed finds nothing to compact (as any re-run).
 
     :param uri: the dataset (URI, local path, ``lance+`` asset URI or name below the
         connection's root). (templated)
@@ -307,9 +316,12 @@ class LanceCompactFilesOperator(_LanceMaintenanceOperator):
         self.log.info("Compacting %s at version %d (%s mode): %d tasks over %d of %d fragments", ds.uri,
                       ds.version, self.mode, len(plan.tasks), sum(len(t.fragments) for t in plan.tasks), before)
         start = time.monotonic()
-        results = self._rewrite_on_spark(ds, plan, context) if self.mode == "spark" else self._rewrite_here(ds, plan)
+        if self.mode == "spark":
+            results, staged = self._rewrite_on_spark(ds, plan, context)
+        else:
+            results, staged = self._rewrite_here(ds, plan), None
         self.log.info("Rewrote %d tasks in %.2f s; committing", len(results), time.monotonic() - start)
-        metrics = self._commit(ds, results)
+        metrics = self._commit(ds, results, staged)
         metrics.fragments_skipped_indexed = plan.fragments_skipped_indexed
         seconds = time.monotonic() - start
         latest = self.hook.get_dataset(self.uri)  # writers may have committed after the compaction
@@ -342,8 +354,11 @@ class LanceCompactFilesOperator(_LanceMaintenanceOperator):
         return results
 
     def _rewrite_on_spark(self, ds: lance.LanceDataset, plan: lance.CompactionPlan,
-                          context: Context) -> list[Any]:
-        """Run every task on Spark executors; the ``RewriteResult`` JSON of each, in task order."""
+                          context: Context) -> tuple[list[Any], tuple[str, str]]:
+        """Run every task on Spark executors, or reuse the result an earlier try of this task staged
+        for the same plan (same read version and tasks; every file it wrote still there): the
+        ``RewriteResult`` JSON of each task, in task order, and where the result is staged (it
+        stays there until the commit landed)."""
         storage_options = self.hook.storage_options
         staging_root, staging_name = staging_location(ds.uri, f"compaction/{default_idempotency_key(context)}")
         spec = TaskJobSpec(kind="compaction", uri=ds.uri, tasks=tuple(t.to_json() for t in plan.tasks),
@@ -353,24 +368,33 @@ class LanceCompactFilesOperator(_LanceMaintenanceOperator):
             spark_binary=self.spark_binary, spark_submit_kwargs=self.spark_submit_kwargs,
             spark_log_level=self.spark_log_level, python_env_archive=self.python_env_archive,
         ))
-        staged = run_task_job(self._spark_job, spec, f"the Spark compaction job for {ds.uri}")
+        staged = run_task_job(self._spark_job, spec, f"the Spark compaction job for {ds.uri}", _rewritten_fragments)
         if len(staged.results) != len(plan.tasks):
-            lance.Compaction.discard(ds, list(staged.results))
+            self._discard(ds, list(staged.results), (staging_root, staging_name))
             raise lance.InvalidInputError(
                 f"the Spark compaction job returned {len(staged.results)} results for {len(plan.tasks)} tasks"
             )
-        return list(staged.results)
+        return list(staged.results), (staging_root, staging_name)
 
-    @staticmethod
-    def _commit(ds: lance.LanceDataset, results: Sequence[Any]) -> lance.CompactionMetrics:
-        """One Rewrite at the plan's read version; the new files are removed if it cannot land."""
+    def _commit(self, ds: lance.LanceDataset, results: Sequence[Any],
+                staged: tuple[str, str] | None) -> lance.CompactionMetrics:
+        """One Rewrite at the plan's read version; the new files (and the staged result) are removed if it
+        cannot land, the staged result once it landed."""
         try:
-            return lance.Compaction.commit(ds, results)
+            metrics = lance.Compaction.commit(ds, results)
         except lance.CommitStateUnknownError:
-            raise  # the version may reference the files: keep them
+            raise  # the version may reference the files: keep them (a retry finds the files and the result)
         except lance.LanceError:
-            lance.Compaction.discard(ds, results)
+            self._discard(ds, results, staged)
             raise
+        if staged is not None:
+            TaskJobResult.discard(*staged, self.hook.storage_options)
+        return metrics
+
+    def _discard(self, ds: lance.LanceDataset, results: Sequence[Any], staged: tuple[str, str] | None) -> None:
+        lance.Compaction.discard(ds, results)
+        if staged is not None:
+            TaskJobResult.discard(*staged, self.hook.storage_options)
 
     def on_kill(self) -> None:
         """Cancel the running Spark job (mode ``spark``); nothing is committed."""

@@ -1,8 +1,9 @@
 """Spark's Arrow batches conformed to the types the dataset stores.
 
 Spark hands Python its own Arrow representation of a type: ``large_string`` or
-``string``, a list's child named ``element``, ``Etc/UTC`` for UTC, and a plain list for
-what the dataset stores as a fixed-size list (Spark has no fixed-size arrays).
+``string``, a list's child named ``element``, ``Etc/UTC`` for UTC, a plain list for
+what the dataset stores as a fixed-size list (Spark has no fixed-size arrays), and a wider
+signed integer or ``decimal(20,0)`` for an unsigned integer (Spark has no unsigned types).
 :func:`harmonize` converts such columns to the dataset's types and leaves real
 differences for the core to refuse. :func:`with_fixed_size_lists` is the schema a new
 dataset gets when array columns are to be stored as fixed-size lists (vectors), and
@@ -43,6 +44,15 @@ def _same_kind(source: pa.DataType, target: pa.DataType) -> bool:
             for i in range(source.num_fields)
         )
     return False
+
+
+def _unsigned_from_spark(source: pa.DataType, target: pa.DataType) -> bool:
+    """Whether ``target`` is an unsigned integer and ``source`` how Spark holds one: Spark has no
+    unsigned types (it reads Parquet's ``uint8``/``uint16``/``uint32`` as the next wider signed
+    integer and ``uint64`` as ``decimal(20,0)``), so any integer or decimal of scale 0 may hold the
+    values; a value that does not fit fails the cast (checked per value by Arrow)."""
+    return pa.types.is_unsigned_integer(target) and (
+        pa.types.is_integer(source) or (pa.types.is_decimal(source) and source.scale == 0))
 
 
 def _as_fixed_size_list(column: pa.Array, wanted: pa.FixedSizeListType, name: str) -> pa.Array:
@@ -109,14 +119,17 @@ def with_casts(schema: pa.Schema, casts: Mapping[str, str]) -> pa.Schema:
 
 def harmonize(batch: pa.RecordBatch, target: pa.Schema, cast: Collection[str] = ()) -> pa.RecordBatch:
     """Cast the columns of ``batch`` whose type differs from the dataset's only in representation
-    (Spark's Arrow types vs. the dataset's), and the columns named in ``cast`` to the target's type
-    whatever they are; anything else is left for the core to reject. A value that cannot be cast
-    raises :class:`SchemaMismatchError` naming its column."""
+    (Spark's Arrow types vs. the dataset's, including Spark's wider signed integers and
+    ``decimal(20,0)`` for the dataset's unsigned integers), and the columns named in ``cast`` to the
+    target's type whatever they are; anything else is left for the core to reject. A value that
+    cannot be cast exactly (e.g. a negative number or one too large for the unsigned type) raises
+    :class:`SchemaMismatchError` naming its column."""
     columns, fields, changed = [], [], False
     for field, column in zip(batch.schema, batch.columns, strict=True):
         index = target.get_field_index(field.name)
         wanted = target.field(index).type if index >= 0 else field.type
-        if wanted != field.type and (field.name in cast or _same_kind(field.type, wanted)):
+        if wanted != field.type and (field.name in cast or _same_kind(field.type, wanted)
+                                     or _unsigned_from_spark(field.type, wanted)):
             try:
                 column = _as_fixed_size_list(column, wanted, field.name) if pa.types.is_fixed_size_list(wanted) \
                     else column.cast(wanted)

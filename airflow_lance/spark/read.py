@@ -10,8 +10,9 @@ same version with the core and read their fragment's rows with the projection, t
 pushed down and ``_rowaddr`` when asked (:class:`~airflow_lance.core.fragment_read.SelectionReader`).
 
 The Spark schema comes from the scan's Arrow schema (:func:`spark_arrow_schema`): types Spark
-lacks become the nearest it has (unsigned integers a wider signed one, ``uint64`` row
-addresses ``bigint``, fixed-size lists arrays, ``float16`` ``float``, dictionaries their
+lacks become the nearest it has (``uint8``/``uint16``/``uint32`` a wider signed integer and
+``uint64`` ``decimal(20,0)``, as Spark reads them from Parquet; ``uint64`` row addresses and ids
+``bigint``, fixed-size lists arrays, ``float16`` ``float``, dictionaries their
 values, timestamps microseconds), converted on the executors.
 
 Storage options reach the executors as the write job's do: inside the pickled task function,
@@ -71,8 +72,10 @@ def spark_arrow_type(dtype: pa.DataType) -> pa.DataType:
         return pa.int16()
     if t.is_uint16(dtype):
         return pa.int32()
-    if t.is_uint32(dtype) or t.is_uint64(dtype):
+    if t.is_uint32(dtype):
         return pa.int64()
+    if t.is_uint64(dtype):  # as Spark reads Parquet's uint64: every value exact (a join on it matches)
+        return pa.decimal128(20, 0)
     if t.is_float16(dtype):
         return pa.float32()
     if t.is_large_string(dtype) or t.is_string_view(dtype):
@@ -93,9 +96,15 @@ def spark_arrow_type(dtype: pa.DataType) -> pa.DataType:
     return dtype
 
 
+#: Lance's uint64 row metadata columns: ``bigint`` in Spark (row addresses and ids stay below 2**63).
+ROW_METADATA_COLUMNS = ("_rowid", "_rowaddr", "_row_last_updated_at_version", "_row_created_at_version")
+
+
 def spark_arrow_schema(schema: pa.Schema) -> pa.Schema:
-    """``schema`` with every column of a type Spark can hold (:func:`spark_arrow_type`)."""
-    return pa.schema([f.with_type(spark_arrow_type(f.type)) for f in schema], metadata=schema.metadata)
+    """``schema`` with every column of a type Spark can hold (:func:`spark_arrow_type`; row metadata
+    columns ``bigint``)."""
+    return pa.schema([f.with_type(pa.int64() if f.name in ROW_METADATA_COLUMNS and pa.types.is_uint64(f.type)
+                                  else spark_arrow_type(f.type)) for f in schema], metadata=schema.metadata)
 
 
 def to_spark_schema(schema: pa.Schema) -> Any:

@@ -1,4 +1,5 @@
-"""Fault injection for the row-changing operators (update, delete, merge insert)."""
+"""Fault injection for the row-changing operators (update, delete, merge insert) and the other operators
+that stage a Spark job's result before committing it (compaction, Kartothek import)."""
 
 from __future__ import annotations
 
@@ -42,3 +43,22 @@ def with_concurrent_commit(operator_class: type, change: Any) -> type:
 
     WithConcurrentCommit.__name__ = f"{operator_class.__name__}WithConcurrentCommit"
     return WithConcurrentCommit
+
+
+def failing_first_try_after(operator_class: type, method: str) -> type:
+    """A subclass of ``operator_class`` whose first try fails just after its ``method(..., context)``
+    returned: after the Spark job staged its result (``_rewrite_on_spark`` of the compaction,
+    ``_write_on_spark`` of the Kartothek import), before the commit."""
+
+    def failing(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = getattr(super(FailOnFirstTry, self), method)(*args, **kwargs)
+        if args[-1]["ti"].try_number == 1:  # the context: the method's last argument
+            raise RuntimeError(f"injected failure after {method}, before the commit")
+        return result
+
+    class FailOnFirstTry(operator_class):  # type: ignore[misc, valid-type]
+        pass
+
+    setattr(FailOnFirstTry, method, failing)
+    FailOnFirstTry.__name__ = f"{operator_class.__name__}FailingFirstTry"
+    return FailOnFirstTry

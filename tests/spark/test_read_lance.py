@@ -63,6 +63,7 @@ def _table(start: int, count: int) -> pa.Table:
         "vec": pa.FixedSizeListArray.from_arrays(pa.array(np.repeat(ids, 4).astype(np.float32) / 7), 4),
         "tags": pa.array([[f"t{i % 3}", f"u{i % 5}"][: i % 3] for i in ids], pa.list_(pa.string())),
         "small": pa.array((ids % 200).astype(np.uint32)),
+        "huge": pa.array(ids.astype(np.uint64) + np.uint64(2**63)),  # decimal(20,0) in Spark, exact
         "point": pa.StructArray.from_arrays([pa.array(ids % 7), pa.array([None if i % 4 == 0 else f"p{i}" for i in ids])],
                                             names=["x", "label"]),
     })
@@ -166,6 +167,21 @@ def test_read_lance_equals_pylance(spark_reads, case: str, fmt: str) -> None:
     assert got.schema.names == expected.schema.names
     # Spark hands back its own Arrow representation (timestamps, list child names): compare values
     assert got.to_pylist() == expected.to_pylist()
+
+
+def test_unsigned_columns_reach_spark_exactly(spark_reads) -> None:
+    out, uris, _ = spark_reads
+    got, _ = _spark_result(out, "full@2.2")
+    assert got.schema.field("small").type == pa.int64() and got.schema.field("huge").type == pa.decimal128(20, 0)
+    expected = pylance.dataset(uris["2.2"]).to_table(columns=["huge"]).column("huge").to_pylist()
+    assert [int(v) for v in got.column("huge").to_pylist()] == expected and min(expected) >= 2**63
+
+
+def test_row_metadata_stays_bigint_and_uint64_becomes_decimal() -> None:
+    schema = spark_arrow_schema(pa.schema([("_rowaddr", pa.uint64()), ("_rowid", pa.uint64()), ("u", pa.uint64()),
+                                           ("l", pa.list_(pa.uint64())), ("u8", pa.uint8())]))
+    assert schema.types == [pa.int64(), pa.int64(), pa.decimal128(20, 0), pa.list_(pa.decimal128(20, 0)),
+                            pa.int16()]
 
 
 @pytest.mark.parametrize("kind", list(SINCE_HISTORIES))

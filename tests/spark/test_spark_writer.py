@@ -1,11 +1,13 @@
 """The per-partition writer without Spark: Arrow batches in, fragments out; Spark's Arrow types
-converted to a dataset's, array columns stored as fixed-size lists; the row-count check; the
-garbage collector kept out of the write."""
+converted to a dataset's (Spark's signed integers and decimal(20,0) to its unsigned integers, value
+by value), array columns stored as fixed-size lists; the row-count check; the garbage collector kept
+out of the write."""
 
 from __future__ import annotations
 
 import json
 import pathlib
+import re
 
 import lance as pylance
 import numpy as np
@@ -229,3 +231,47 @@ def test_vector_columns_come_from_spark_metadata_and_the_explicit_sizes() -> Non
     bad = StructType([StructField("v", ArrayType(FloatType()), metadata={FIXED_SIZE_LIST_KEY: "many"})])
     with pytest.raises(JobSpecError, match="positive integer"):
         fixed_size_lists_of(bad)
+
+
+def _unsigned(uri: str) -> lance.LanceDataset:
+    """A dataset with every unsigned integer type, written by pylance."""
+    return lance.dataset(pylance.write_dataset(pa.table({
+        "u8": pa.array([0], pa.uint8()), "u16": pa.array([0], pa.uint16()), "u32": pa.array([0], pa.uint32()),
+        "u64": pa.array([0], pa.uint64())}), uri).uri)
+
+
+def test_spark_integers_are_stored_in_the_datasets_unsigned_types(tmp_path: pathlib.Path) -> None:
+    # Spark reads Parquet's uint8/16/32 as smallint/int/bigint and uint64 as decimal(20,0)
+    ds = _unsigned(str(tmp_path / "ds.lance"))
+    spark = pa.RecordBatch.from_pydict({
+        "u8": pa.array([255, None], pa.int16()), "u16": pa.array([65535, 1], pa.int32()),
+        "u32": pa.array([2**32 - 1, 2], pa.int64()), "u64": pa.array([2**64 - 1, None], pa.decimal128(20, 0))})
+    (out,) = list(write_partition(iter([spark]), uri=ds.uri, mode="append", storage_options={},
+                                  target_schema=ds.schema, **_limits()))
+    fragments = [lance.FragmentMetadata.from_json(f) for f in out.column("fragment").to_pylist()]
+    lance.LanceDataset.commit(ds.uri, lance.LanceOperation.Append(fragments), 1)
+    table = pylance.dataset(ds.uri).to_table()
+    assert table.schema == ds.schema
+    assert table.to_pylist()[1:] == [{"u8": 255, "u16": 65535, "u32": 2**32 - 1, "u64": 2**64 - 1},
+                                     {"u8": None, "u16": 1, "u32": 2, "u64": None}]
+
+
+@pytest.mark.parametrize(("column", "values", "dtype"), [
+    ("u32", [1, 2**32], pa.int64()), ("u32", [-1], pa.int64()), ("u8", [256], pa.int16()),
+    ("u64", [2**64], pa.decimal128(20, 0)), ("u64", [-1], pa.decimal128(20, 0))])
+def test_a_value_that_does_not_fit_the_unsigned_column_names_it_and_nothing_is_committed(
+        tmp_path: pathlib.Path, column: str, values: list[int], dtype: pa.DataType) -> None:
+    ds = _unsigned(str(tmp_path / "ds.lance"))
+    batch = pa.RecordBatch.from_pydict({column: pa.array(values, dtype)})
+    with pytest.raises(lance.SchemaMismatchError, match=re.escape(f"column '{column}': cannot store {dtype} as ")):
+        list(write_partition(iter([batch]), uri=ds.uri, mode="append", storage_options={},
+                             target_schema=ds.schema, **_limits()))
+    assert lance.dataset(ds.uri).version == 1
+
+
+def test_only_integers_become_unsigned_integers() -> None:
+    target = pa.schema([("u", pa.uint32())])
+    floats = harmonize(pa.RecordBatch.from_pydict({"u": pa.array([1.0])}), target)
+    assert floats.schema.field("u").type == pa.float64()  # left for the core to refuse
+    fraction = harmonize(pa.RecordBatch.from_pydict({"u": pa.array([1], pa.decimal128(20, 1))}), target)
+    assert fraction.schema.field("u").type == pa.decimal128(20, 1)

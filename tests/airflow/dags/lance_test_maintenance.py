@@ -18,6 +18,7 @@ from airflow_lance.operators.maintenance import (
     LanceRestoreOperator,
 )
 from airflow_lance.task_groups.maintenance import lance_maintenance_task_group
+from dml_faults import failing_first_try_after
 
 ARGS: dict[str, Any] = {"start_date": dt.datetime(2025, 1, 1), "schedule": None, "catchup": False,
                         "params": {"uri": "", "target": 100, "dry_run": False, "version": 1}}
@@ -62,7 +63,13 @@ with DAG("lance_test_index_group", **{**ARGS, "params": {**ARGS["params"], "min_
 with DAG("lance_test_optimize_indices", **ARGS) as optimize_indices_dag:
     LanceOptimizeIndicesOperator(task_id="optimize", uri=URI, num_indices_to_merge=0, outlets=[ALIAS])
 
-with DAG("lance_test_compact_spark", **ARGS) as compact_spark_dag:
-    LanceCompactFilesOperator(task_id="compact", uri=URI, mode="spark", outlets=[ALIAS],
-                              compaction_options={"target_rows_per_fragment": "{{ params.target }}"},
-                              conf={"spark.ui.enabled": "false", "spark.log.level": "WARN"})
+# The compaction of ``uri`` fails its first try after the Spark job staged its result (the retry commits
+# that result without running Spark); the job compacting ``broken_uri`` fails.
+SPARK_COMPACTION: dict[str, Any] = {
+    "mode": "spark", "compaction_options": {"target_rows_per_fragment": "{{ params.target }}"},
+    "conf": {"spark.ui.enabled": "false", "spark.log.level": "WARN"}}
+with DAG("lance_test_compact_spark", **{**ARGS, "params": {**ARGS["params"], "broken_uri": ""}}) as compact_spark_dag:
+    failing_first_try_after(LanceCompactFilesOperator, "_rewrite_on_spark")(
+        task_id="compact", uri=URI, outlets=[ALIAS], retries=1, retry_delay=dt.timedelta(0), **SPARK_COMPACTION,
+    ) >> LanceCompactFilesOperator(task_id="compact_broken", uri="{{ params.broken_uri }}", trigger_rule="all_done",
+                                   **SPARK_COMPACTION)

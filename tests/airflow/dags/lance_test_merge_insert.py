@@ -1,8 +1,9 @@
-"""Test DAG: LanceSparkMergeInsertOperator on real spark-submit: an upsert whose first try fails
-after the commit, a conditional update with deletes by source from a partial Lance source whose
-first try fails after the job and before the commit (the retry commits the staged result), duplicate
-source keys and a concurrent append; in ``lance_test_merge_insert_slow`` (make stress) a
-concurrent delete of rows the merge replaces (a retryable conflict) and a failing Spark job. Paths
+"""Test DAG: LanceSparkMergeInsertOperator on real spark-submit: an upsert on a uint32 key from a
+Parquet source (Spark reads the key as bigint) whose first try fails after the commit, a conditional
+update with deletes by source from a partial Lance source whose first try fails after the job and
+before the commit (the retry commits the staged result), duplicate source keys and a concurrent
+append; in ``lance_test_merge_insert_slow`` (make stress) a concurrent delete of rows the merge
+replaces (a retryable conflict) and a failing Spark job. Paths
 come from LANCE_TEST_ROOT, set by the test."""
 
 from __future__ import annotations

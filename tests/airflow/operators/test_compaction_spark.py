@@ -1,9 +1,11 @@
 """LanceCompactFilesOperator in mode ``spark`` through ``dag.test()`` with real ``spark-submit``
 on ``local[2]``: the rewrite tasks run on executors, the worker commits one Rewrite.
 
-Two runs of ``lance_test_compact_spark`` (tests/airflow/dags/lance_test_maintenance.py): a
+One run of ``lance_test_compact_spark`` (tests/airflow/dags/lance_test_maintenance.py): a
 dataset of small fragments with deletions (compared with the same compaction done in process
-on an identical copy), and a dataset with a truncated data file, whose job fails.
+on an identical copy), whose first try fails after the Spark job staged its result and before
+the commit (the retry commits that result without running Spark again), and a dataset with a
+truncated data file, whose job fails.
 """
 
 from __future__ import annotations
@@ -29,8 +31,7 @@ class CompactionRuns:
     expected: pa.Table
     local_metrics: lance.CompactionMetrics
     version_before: int
-    good: Any
-    broken: Any
+    dag_run: Any
     broken_version_before: int
     spy: SparkSubmitSpy
 
@@ -69,16 +70,15 @@ def runs(tmp_path_factory: pytest.TempPathFactory, spark_submit_spy: SparkSubmit
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(*connection_env("lance_default", conn_type="lance", host=str(root),
                                   extra={"storage_options": {"aws_secret_access_key": SECRET}}))
-        good_run = dag.test(run_conf={"uri": uri, "target": 100})
-        broken_run = dag.test(run_conf={"uri": broken, "target": 100})
-    return CompactionRuns(root, expected, local_metrics, version_before, good_run, broken_run,
-                          broken_version_before, spark_submit_spy)
+        dag_run = dag.test(run_conf={"uri": uri, "broken_uri": broken, "target": 100})
+    return CompactionRuns(root, expected, local_metrics, version_before, dag_run, broken_version_before,
+                          spark_submit_spy)
 
 
 @pytest.mark.filterwarnings("ignore:The 'list_indices' method is deprecated:DeprecationWarning")
 def test_spark_compaction_keeps_rows_and_order_and_matches_the_local_compaction(runs: CompactionRuns) -> None:
-    assert task_instances(runs.good)["compact"].state == "success"
-    result = xcom_value(runs.good, "compact")
+    assert task_instances(runs.dag_run)["compact"].state == "success"
+    result = xcom_value(runs.dag_run, "compact")
     assert result["mode"] == "spark" and result["read_version"] == runs.version_before
     after = pylance.dataset(runs.uri)
     # the executors never need fragment ids: the worker reserves them (one version, as pylance does
@@ -101,7 +101,7 @@ def test_spark_compaction_keeps_rows_and_order_and_matches_the_local_compaction(
 
 def test_spark_compaction_emits_the_asset_event_and_leaves_no_staged_result(runs: CompactionRuns) -> None:
     events = asset_events(f"lance+file://{runs.uri}")
-    assert [e["version"] for e in events if e.get("mode") == "spark"] == [xcom_value(runs.good, "compact")["version"]]
+    assert [e["version"] for e in events if e.get("mode") == "spark"] == [xcom_value(runs.dag_run, "compact")["version"]]
     assert not list((runs.root / "small.lance" / "_airflow_staging").glob("*.json"))
 
 
@@ -119,11 +119,21 @@ def test_the_job_ran_on_spark_without_secrets_on_the_command_line(runs: Compacti
     output = runs.spy.output()
     assert "compaction tasks on" in output and "airflow-lance job: staged" in output
     assert SECRET not in output
-    assert SECRET not in str(xcom_value(runs.good, "compact"))
+    assert SECRET not in str(xcom_value(runs.dag_run, "compact"))
 
 
 def test_failed_spark_job_fails_the_task_and_commits_nothing(runs: CompactionRuns) -> None:
-    assert task_instances(runs.broken)["compact"].state == "failed"
+    assert task_instances(runs.dag_run)["compact_broken"].state == "failed"
     assert "airflow-lance job failed: CorruptFileError" in runs.spy.output()
     assert lance.dataset(str(runs.root / "broken.lance")).version == runs.broken_version_before
-    assert xcom_value(runs.broken, "compact") is None
+    assert xcom_value(runs.dag_run, "compact_broken") is None
+
+
+def test_a_retry_before_the_commit_commits_the_staged_result_without_running_spark_again(
+        runs: CompactionRuns) -> None:
+    ti = task_instances(runs.dag_run)["compact"]
+    assert (ti.state, ti.try_number) == ("success", 2)  # try 1 failed after the job, before the commit
+    assert sum(1 for _, argv, _ in runs.spy.runs() if "airflow-lance-compact" in argv) == 1
+    after = pylance.dataset(runs.uri)
+    assert after.version == runs.version_before + 2  # one compaction (with its index remap), not two
+    assert after.to_table() == runs.expected

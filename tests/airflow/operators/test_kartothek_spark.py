@@ -60,6 +60,17 @@ def test_spark_import_reads_back_with_pylance_equal_to_the_kartothek_data(run: S
     assert all(f.count_rows() <= 1 for f in ds.get_fragments())  # max_rows_per_file=1
 
 
+def test_a_retry_before_the_commit_commits_the_staged_result_without_running_spark_again(
+        run: SparkImportRun) -> None:
+    ti = run.tis["import_two_keys"]
+    assert (ti.state, ti.try_number) == ("success", 2)  # try 1 failed after the job, before the commit
+    assert sum(1 for _, argv, _ in run.spy.runs() if "airflow-lance-import_two_keys" in argv) == 1
+    ds = lance.dataset(str(run.root / "two_keys.lance"))
+    assert ds.version == 1
+    referenced = {f.path for fragment in ds.get_fragments() for f in fragment.data_files()}
+    assert {p.name for p in (run.root / "two_keys.lance" / "data").iterdir()} == referenced  # written once
+
+
 def test_spark_import_equals_the_in_process_import(run: SparkImportRun, tmp_path: pathlib.Path) -> None:
     local = lance.import_kartothek(f"file://{STORE}", "two_keys", "table", str(tmp_path / "local.lance"),
                                    max_rows_per_file=1)

@@ -27,19 +27,23 @@ SLOW_NAMES = ("conflict", "duplicates")
 COUNTS = ("num_inserted_rows", "num_updated_rows", "num_deleted_rows")
 
 
-def _target(n: int = 2000) -> pa.Table:
+#: the upsert's key is uint32 in the dataset and the Parquet source (Spark reads it as bigint)
+KEY_TYPES = {"upsert": pa.uint32()}
+
+
+def _target(n: int = 2000, key_type: pa.DataType = pa.int64()) -> pa.Table:
     ids = list(range(n))
     return pa.table({
-        "id": pa.array(ids, pa.int64()),
+        "id": pa.array(ids, key_type),
         "price": pa.array([float(i * 7 % 100) for i in ids]),
         "label": [f"t-{i}" for i in ids],
         "vec": pa.FixedSizeListArray.from_arrays(pa.array([float(i % 3) for i in range(4 * n)], pa.float32()), 4),
     })
 
 
-def _source(ids: list[int | None]) -> pa.Table:
+def _source(ids: list[int | None], key_type: pa.DataType = pa.int64()) -> pa.Table:
     return pa.table({
-        "id": pa.array(ids, pa.int64()),
+        "id": pa.array(ids, key_type),
         "price": pa.array([1000.0 + (i or 0) for i in ids]),
         "label": [f"s-{i}" for i in ids],
         "vec": pa.array([[float((i or 0) % 5)] * 4 for i in ids], pa.list_(pa.float32())),  # as Spark has it
@@ -74,11 +78,12 @@ class MergeRun:
 
 def _prepare(root: pathlib.Path, names: tuple[str, ...]) -> None:
     for name in names:
-        ds = pylance.write_dataset(_target(), str(root / "oracle" / f"{name}.lance"), max_rows_per_file=500,
+        ds = pylance.write_dataset(_target(key_type=KEY_TYPES.get(name, pa.int64())),
+                                   str(root / "oracle" / f"{name}.lance"), max_rows_per_file=500,
                                    enable_stable_row_ids=True)
         ds.delete("id IN (7, 1501, 1999)")
         shutil.copytree(root / "oracle" / f"{name}.lance", root / f"{name}.lance")
-    pq.write_table(_source([*range(1500, 2500), None]), root / "upsert.parquet")
+    pq.write_table(_source([*range(1500, 2500), None], pa.uint32()), root / "upsert.parquet")
 
 
 def _run_dag(root: pathlib.Path, dag_id: str, spy: SparkSubmitSpy) -> MergeRun:
@@ -139,6 +144,7 @@ def test_upsert_equals_pylance_and_a_retry_after_the_commit_commits_nothing(run:
     assert (result["num_inserted_rows"], result["num_updated_rows"]) == (503, 498)  # 1501 and 1999 were deleted: inserted again
     ours = pylance.dataset(run.uri("upsert"))
     assert (ours.version, result["version"], result["read_version"]) == (3, 3, 2)  # one commit for two tries
+    assert ours.schema == run.oracle("upsert").schema and ours.schema.field("id").type == pa.uint32()
     assert _rows(ours) == _rows(run.oracle("upsert"))
     assert _row_ids(ours) == _row_ids(run.oracle("upsert"))  # updated rows kept their row ids
     assert type(ours.read_transaction(3).operation).__name__ == "Update"
