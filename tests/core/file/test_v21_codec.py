@@ -13,7 +13,7 @@ import pytest
 from airflow_lance.core._proto import encodings_v2_1_pb2 as pb
 from airflow_lance.core.errors import CorruptFileError, UnsupportedFeatureError
 from airflow_lance.core.file import LanceFileReader, LanceFileWriter
-from airflow_lance.core.file.v21 import bitpack, fsst
+from airflow_lance.core.file.v21 import bitpack, fsst, fsst_encode
 from airflow_lance.core.file.v21.structure import (
     _DEF_COUNT, _LIST_LAYERS, ITEM, LIST, Level, NodeData, Structure, _visibility_table, layers_for, levels, max_rep,
     unravel)
@@ -125,6 +125,36 @@ def test_fsst_pair_path_matches_per_code_decoding(count, escapes, odd):
     data, out_offsets = fsst.decode(CTX, _table(symbols), codes, offsets)
     got = [bytes(data[a:b]) for a, b in zip(out_offsets[:-1].tolist(), out_offsets[1:].tolist())]
     assert got == _fsst_reference(symbols, codes, offsets)
+
+
+def _fsst_cases() -> dict[str, list[bytes]]:
+    rng = np.random.default_rng(5)
+    words = [b"alpha", b"beta", b"gamma ", b"delta", b"\xff\xff", b"\x00"]
+    text = [b"".join(words[i] for i in rng.integers(0, len(words), int(rng.integers(0, 12)))) for _ in range(3000)]
+    return {
+        # empty strings, strings longer than a parse segment, 0xFF and 0x00 bytes
+        "words": text + [b"", b"alpha" * 60, b"\xff" * 7, b"z"],
+        "random": [bytes(rng.integers(0, 256, int(rng.integers(0, 40)), dtype=np.uint8)) for _ in range(2000)],
+        "tiny": [b"ab", b"", b"abab"],
+    }
+
+
+@pytest.mark.parametrize("case", ["words", "random", "tiny"])
+def test_fsst_encoder_round_trip(case):
+    """Our FSST encoder's codes decode (ours) to the strings; text shrinks, every symbol is 1-8 bytes."""
+    strings = _fsst_cases()[case]
+    data = np.frombuffer(b"".join(strings), dtype=np.uint8)
+    offsets = exclusive_cumsum(np.array([len(s) for s in strings], dtype=np.int64))
+    table = fsst_encode.train(data, offsets)
+    assert len(table.values) <= 255 and bool(np.all((table.lengths >= 1) & (table.lengths <= 8)))
+    codes, code_offsets = fsst_encode.compress(table, data, offsets)
+    out, out_offsets = fsst.decode(CTX, table.export(), codes, code_offsets)
+    assert [bytes(out[a:b]) for a, b in zip(out_offsets[:-1].tolist(), out_offsets[1:].tolist())] == strings
+    # a suffix of the strings compresses alone to the same codes
+    tail, tail_offsets = fsst_encode.compress(table, data, offsets[len(strings) // 2:])
+    assert np.array_equal(tail, codes[code_offsets[len(strings) // 2]:])
+    if case == "words":
+        assert len(codes) < 0.5 * len(data)
 
 
 @pytest.mark.parametrize("codes", [[255], [7], [0, 255]])

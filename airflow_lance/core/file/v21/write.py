@@ -14,7 +14,8 @@ bytes, booleans     ``fixed_size_list`` of flat items, with an item validity
                     buffer when items are null); levels out-of-line
                     bit-packed; chunks of a power of two values
 strings/binary with mini-block, ``variable`` with 32-bit (64-bit for large
-short values        types) chunk-relative offsets
+short values        types) chunk-relative offsets; 2.2: zstd of each chunk
+                    (``general``) or FSST codes (``fsst``) when they shrink
 dictionary arrays   mini-block with the page dictionary (``variable`` or
                     ``flat`` block) and flat indices
 anything larger     full-zip: control word, u32 length + bytes or the fixed
@@ -45,7 +46,7 @@ import pyarrow.compute as pc
 
 from airflow_lance.core._proto import encodings_v2_1_pb2 as pb
 from airflow_lance.core.errors import UnsupportedFeatureError
-from airflow_lance.core.file.v21 import bitpack
+from airflow_lance.core.file.v21 import bitpack, fsst_encode
 from airflow_lance.core.file.v21.structure import (
     LIST, NodeData, _visibility_table, layers_for, levels, levels_and_rows, max_rep, visible_threshold)
 from airflow_lance.core.file.v21.util import exclusive_cumsum, take_interleaved, take_ranges
@@ -90,6 +91,7 @@ class _Leaf:
     large: bool = False
     packable: bool = False          # integer-like fixed values: bit-packing may pay off
     pieces: list[np.ndarray] | None = None  # fixed/variable: ``data`` in parts (data None until joined)
+    symbol_table: bytes | None = None  # variable: ``data`` holds FSST codes of this (stored) table
 
     def joined(self) -> np.ndarray:
         """``data``, concatenating the ``pieces`` first if the values came in several."""
@@ -259,8 +261,8 @@ def encode_page(nodes: list[NodeData], values: pa.Array | pa.ChunkedArray, rows:
     array or several chunks: fixed-width values are then copied from each chunk into place).
 
     ``compression``: the field's ``lance-encoding:compression`` (None: ``STRING_COMPRESSION``);
-    it decides the general compression of string chunks in 2.2 files (``"zstd"``, ``"lz4"``;
-    ``"none"``/``"fsst"``: none).
+    it decides the compression of string chunks in 2.2 files (``"zstd"``, ``"lz4"``: general
+    compression of each chunk; ``"fsst"``: FSST codes, see ``fsst_encode``; ``"none"``: none).
     """
     layers = layers_for(nodes)
     rep, defs, slots, row_starts = levels_and_rows(nodes, layers)
@@ -309,10 +311,14 @@ def _identity(slots: np.ndarray, visible: np.ndarray | None, count: int) -> bool
 GENERAL_MIN_BYTES = 32 * 1024
 GENERAL_LEVEL = 1
 GENERAL_MAX_RATIO = 0.9
-#: General compression of string chunks in 2.2 files when the field does not say
-#: (``lance-encoding:compression``): "zstd", "lz4" or "none".
+#: Compression of string chunks in 2.2 files when the field does not say
+#: (``lance-encoding:compression``): "zstd", "lz4", "fsst" or "none".
 STRING_COMPRESSION = "zstd"
 _SCHEMES = {"zstd": pb.COMPRESSION_ALGORITHM_ZSTD, "lz4": pb.COMPRESSION_ALGORITHM_LZ4}
+
+#: FSST (``lance-encoding:compression`` ``fsst``) needs a string of at least this many bytes in the
+#: page, as in pylance.
+FSST_MIN_LONGEST = 5
 
 #: Strings/binary are dictionary-encoded when at most this share of a page's values are distinct.
 DICTIONARY_RATIO = 0.5
@@ -383,7 +389,12 @@ def _choose(layers, rep, defs, visible_mask, leaf: _Leaf, version, rows=None, co
     bit_items = leaf.kind == "fsl" and leaf.bits == 1
     if leaf.kind in ("bool", "dict") or bit_items or (
             average <= FULL_ZIP_THRESHOLD and largest <= CHUNK_BYTES[version] * 4):
-        encoded = _mini_block(layers, rep, defs, visible_mask, leaf, version, rows, compression)
+        scheme = STRING_COMPRESSION if compression is None else compression
+        packed = _fsst_leaf(leaf) if leaf.kind == "variable" and version >= (2, 2) and scheme == "fsst" \
+            and largest >= FSST_MIN_LONGEST else None
+        encoded = _mini_block(layers, rep, defs, visible_mask, packed or leaf, version, rows, compression)
+        if encoded is None and packed is not None:
+            encoded = _mini_block(layers, rep, defs, visible_mask, leaf, version, rows, "none")
         if encoded is not None:
             return encoded
     if leaf.kind in ("bool", "dict") or bit_items:
@@ -689,6 +700,9 @@ def _chunk_values(leaf: _Leaf, counts: np.ndarray, k: int, add, version=(2, 1), 
     """Value buffers of every chunk: (encoding, [(starts, sizes) per buffer])."""
     first = exclusive_cumsum(counts)[:-1]
     scheme = STRING_COMPRESSION if compression is None else compression
+    if leaf.kind == "variable" and leaf.symbol_table is not None:
+        encoding, parts = _variable_chunks(leaf, first, counts, add)
+        return pb.CompressiveEncoding(fsst=pb.Fsst(values=encoding, symbol_table=leaf.symbol_table)), parts
     if leaf.kind == "variable" and version >= (2, 2) and scheme in _SCHEMES and \
             int(leaf.offsets[-1]) >= GENERAL_MIN_BYTES:
         return _general_variable(leaf, first, counts, add, scheme)
@@ -796,6 +810,27 @@ def compress_chunks(raw: np.ndarray, sizes: np.ndarray, max_ratio: float, scheme
     parts[0::2] = [memoryview(head) for head in heads]
     parts[1::2] = frames
     return np.frombuffer(b"".join(parts), dtype=np.uint8), frame_sizes + prefix
+
+
+def _fsst_leaf(leaf: _Leaf) -> _Leaf | None:
+    """The leaf's strings as FSST codes (table trained on a sample of them), or None when the page
+    is too small or the codes do not shrink the sample's bytes below ``GENERAL_MAX_RATIO``."""
+    size = int(leaf.offsets[-1])
+    if size < GENERAL_MIN_BYTES:
+        return None
+    data = leaf.joined()
+    table = fsst_encode.train(data, leaf.offsets)
+    head = min(leaf.n, max(int(leaf.n * fsst_encode.SAMPLE_BYTES / size), 1))
+    codes, offsets = fsst_encode.compress(table, data, leaf.offsets[: head + 1])
+    if int(offsets[-1]) > GENERAL_MAX_RATIO * int(leaf.offsets[head]):
+        return None
+    if head < leaf.n:
+        rest, rest_offsets = fsst_encode.compress(table, data, leaf.offsets[head:])
+        codes = np.concatenate([codes, rest])
+        offsets = np.concatenate([offsets, int(offsets[-1]) + rest_offsets[1:]])
+    if int(offsets[-1]) >= size:
+        return None
+    return _Leaf("variable", leaf.n, data=codes, offsets=offsets, large=leaf.large, symbol_table=table.export())
 
 
 def _add_data(leaf: _Leaf, add) -> int:
