@@ -43,6 +43,7 @@ from airflow_lance.spark.merge_insert_spec import MERGE_INSERT_KEY, MergeInsertJ
 from airflow_lance.spark.environment import check_on_executors, executor_problems, load_requirements
 from airflow_lance.core import SchemaMismatchError
 from airflow_lance.spark.direct import DirectPlan, plan_direct, run_direct
+from airflow_lance.spark.distributed import default_parallelism
 from airflow_lance.spark.spec import JobSpecError, SourceSpec, WriteJobResult, WriteJobSpec, check_against_dataset
 from airflow_lance.spark.task_spec import JOB_KEY, TaskJobSpec
 from airflow_lance.spark.tasks import run_task_job
@@ -220,7 +221,7 @@ def choose_reader(spark: SparkSession, spec: WriteJobSpec) -> DirectPlan | None:
 
 
 def _tasks(spark: SparkSession, spec: WriteJobSpec) -> int:
-    return spec.num_partitions or max(spark.sparkContext.defaultParallelism, 1)
+    return spec.num_partitions or default_parallelism(spark)
 
 
 def run_direct_write(spark: SparkSession, spec: WriteJobSpec, plan: DirectPlan) -> WriteJobResult:
