@@ -83,15 +83,33 @@ def describe_failure(exc: BaseException) -> str:
     """``Type: message`` of a failure; for an error raised on an executor (wrapped by Spark),
     the Lance error it ends with rather than Spark's wrapper; for a Spark error with an error
     class, ``CLASS: message`` (e.g. ``PATH_NOT_FOUND: Path does not exist: file:/x.``)."""
+    if _grpc_status(exc) == "UNAUTHENTICATED":
+        return (f"Spark Connect authentication failed: the server refused the connection's token "
+                f"({_first_line(exc)}); set the connection's password to the server's token "
+                "(spark.connect.authenticate.token)")
     found = _EXECUTOR_ERROR.findall(str(exc))
     if found:
         name, message = found[-1]
         return f"{name}: {message} (on an executor)"
-    first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    first_line = _first_line(exc)
     spark_error = _SPARK_ERROR_CLASS.match(first_line)
     if spark_error:
         return f"{spark_error.group(1)}: {spark_error.group(2)}"
     return f"{type(exc).__name__}: {first_line}"
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+
+
+def _grpc_status(exc: BaseException) -> str | None:
+    """The gRPC status name of a Spark Connect client error (``UNAUTHENTICATED``, ...), else None."""
+    getter = getattr(exc, "getGrpcStatusCode", None)
+    try:
+        code = getter() if callable(getter) else None
+    except Exception:  # noqa: BLE001 - not a Connect error after all
+        return None
+    return getattr(code, "name", None)
 
 
 def parse_spec(text: str | bytes) -> WriteJobSpec | TaskJobSpec | MergeInsertJobSpec:
