@@ -84,9 +84,10 @@ def describe_failure(exc: BaseException) -> str:
     the Lance error it ends with rather than Spark's wrapper; for a Spark error with an error
     class, ``CLASS: message`` (e.g. ``PATH_NOT_FOUND: Path does not exist: file:/x.``)."""
     if _grpc_status(exc) == "UNAUTHENTICATED":
+        details = _GRPC_DETAILS.search(str(exc))
         return (f"Spark Connect authentication failed: the server refused the connection's token "
-                f"({_first_line(exc)}); set the connection's password to the server's token "
-                "(spark.connect.authenticate.token)")
+                f"({details.group(1) if details else _first_line(exc)}); set the connection's password to the "
+                "server's token (spark.connect.authenticate.token)")
     found = _EXECUTOR_ERROR.findall(str(exc))
     if found:
         name, message = found[-1]
@@ -96,6 +97,10 @@ def describe_failure(exc: BaseException) -> str:
     if spark_error:
         return f"{spark_error.group(1)}: {spark_error.group(2)}"
     return f"{type(exc).__name__}: {first_line}"
+
+
+#: the server's message in a gRPC error's text: ``details = "Invalid authentication token"``
+_GRPC_DETAILS = re.compile(r'details = "([^"]*)"')
 
 
 def _first_line(exc: BaseException) -> str:

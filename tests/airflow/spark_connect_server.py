@@ -39,10 +39,10 @@ class ConnectServer:
         """The application's running Spark jobs (REST API of the web UI), each with its ``jobTags``
         (a Connect operation's: ``SparkConnect_OperationTag_User_<user>_Session_<id>_Operation_<id>``)."""
         base = f"http://127.0.0.1:{self.ui_port}/api/v1/applications"
-        with urllib.request.urlopen(base, timeout=10) as response:  # noqa: S310 - the local test server
+        with urllib.request.urlopen(base, timeout=120) as response:  # noqa: S310 - the local test server
             (application,) = json.load(response)
         with urllib.request.urlopen(f"{base}/{application['id']}/jobs?status=running",  # noqa: S310
-                                    timeout=10) as response:
+                                    timeout=120) as response:
             return list(json.load(response))
 
     @property

@@ -3,13 +3,13 @@ type ``spark_connect``, ``sc://localhost:<port>`` with the server's token as its
 tests/airflow/spark_connect_server.py starts the server on ``local[2]``, requiring the token).
 
 ``lance_test_spark_connect_short`` (the default suite): a create of 1,000 rows in 4 Spark
-partitions (small files: 100 rows each) from a source shipped with ``py_files`` (it records the
+partitions (4 fragments) from a source shipped with ``py_files`` (it records the
 client's environment and command line), an upsert of 200 rows into it (the merge insert's
 key-broadcast plan), and a create whose source fails partition 1 after its rows were passed on:
 the job fails after writing files, nothing is committed.
 
-``lance_test_spark_connect`` (make stress): the create, an append of 600 rows, a Spark compaction
-of the 20 fragments, the failing create; merge inserts into a dataset the test wrote with pylance
+``lance_test_spark_connect`` (make stress): the create (small files: 100 rows each), an append
+of 600 rows, a Spark compaction of the 20 fragments, the failing create; merge inserts into a dataset the test wrote with pylance
 (an upsert, then a conditional update with deletes by source from a partial source: the joined
 plan) and one whose job fails; add columns (Spark SQL expressions, then a function) and a failing
 function; Spark update and delete, then an update whose job fails; a Kartothek import on the
@@ -60,10 +60,11 @@ WHERE = "id % 3 = 0 OR id > 950"
 PREDICATE = "id % 4 = 1 OR name = 'row-10'"
 
 
-def create_task(root: str) -> LanceSparkWriteOperator:
+def create_task(root: str, max_rows_per_file: int | None = 100) -> LanceSparkWriteOperator:
+    kwargs = {"max_rows_per_file": max_rows_per_file} if max_rows_per_file else {}
     return LanceSparkWriteOperator(task_id="create", uri=f"{root}/written.lance", mode="create",
                                    source_callable="connect_sources:recorded_rows", py_files=CONNECT_SOURCES,
-                                   max_rows_per_file=100, **common)
+                                   **kwargs, **common)
 
 
 def upsert_task(root: str) -> LanceSparkMergeInsertOperator:
@@ -86,7 +87,8 @@ ARGS: dict[str, Any] = {"schedule": None, "start_date": dt.datetime(2025, 1, 1),
 
 # the short version (make test): the create, the upsert and the failing write
 with DAG("lance_test_spark_connect_short", **ARGS) as short_dag:
-    upsert_task(f"{ROOT}/short") << create_task(f"{ROOT}/short")
+    # one fragment per Spark partition (4): the upsert's key matching runs a task per fragment
+    upsert_task(f"{ROOT}/short") << create_task(f"{ROOT}/short", max_rows_per_file=None)
     failing_task(f"{ROOT}/short")
 
 with DAG("lance_test_spark_connect", **ARGS) as dag:
