@@ -9,9 +9,12 @@ so the server's Python workers import the shipped code, runs the same job with D
 (:mod:`airflow_lance.spark.distributed`) and stages its result as under spark-submit; the
 operator commits once, as always.
 
-The spec and the settings (the URL may hold a token) are files of mode 0600 in a private
-temporary directory, never on the command line or in the environment; the client's environment
-is spark-submit's (:mod:`airflow_lance.operators._spark_process`). Killing the task (timeout,
+The spec and the settings (the URL may hold the connection's token, its password) are files of
+mode 0600 in a private temporary directory, never on the command line or in the environment; the
+client's environment is spark-submit's (:mod:`airflow_lance.operators._spark_process`) without
+``SPARK_CONNECT_AUTHENTICATE_TOKEN`` (pyspark's fallback token). A server refusing the token fails
+the task with ``Spark Connect authentication failed: ...``. pyspark sends a token only over TLS
+(``use_ssl``), or without TLS to the host ``localhost`` (gRPC's local credentials). Killing the task (timeout,
 ``on_kill``) sends SIGTERM to the client, which interrupts the session's operations on the server
 before it exits (the server would otherwise run them on), then kills what is left.
 
@@ -47,6 +50,8 @@ CONNECT_OPTION = "--connect"
 CONNECT_CONN_TYPE = "spark_connect"
 #: SparkSubmitHook arguments a Connect session takes; the others fail the task (see the module docstring)
 CONNECT_ARGUMENTS = frozenset({"conn_id", "conf", "name", "py_files", "env_vars", "spark_binary"})
+#: pyspark's fallback for a URL without a token; never passed to the client (the connection says)
+TOKEN_VARIABLE = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
 _JOB_FAILED = re.compile(r"airflow-lance job failed: (.+)$")
 _TAIL_LINES = 40
 
@@ -105,6 +110,7 @@ class SparkConnectJobRunner:
             settings_file = _private_file(tmp, "connect.json", json.dumps(settings))
             spec_file = _private_file(tmp, file_name, spec_json)
             env = child_environment(os.environ, self.env_vars)
+            env.pop(TOKEN_VARIABLE, None)  # pyspark's token fallback: only the connection's token counts
             env["PYTHONPATH"] = os.pathsep.join([code_zip, *_client_paths(tmp, self.py_files),
                                                  *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
             command = [sys.executable, str(write_launcher(tmp)), CONNECT_OPTION, settings_file, spec_file]

@@ -5,8 +5,9 @@ resolve the source as the Spark-row path would (file listing, hive-style partiti
 their types, CSV/JSON schema inference or the explicit ``schema`` option) and takes the Arrow
 schema Spark would hand to Python. It then plans splits (Parquet row groups; byte ranges of
 line files, each owning the lines that start in it; whole IPC files), spreads them over
-``parallelize(...).mapPartitions``, and each task reads its splits with pyarrow, converts them to
-that schema (representation-only casts), adds the partition columns and writes fragments with
+tasks (:func:`airflow_lance.spark.distributed.map_task_partitions`, also on Spark Connect), and
+each task reads its splits with pyarrow, converts them to that schema (representation-only
+casts), adds the partition columns and writes fragments with
 :func:`airflow_lance.spark.writer.write_partition`. The operator commits once, as for the
 Spark-row path.
 
@@ -31,6 +32,7 @@ import pyarrow as pa
 
 from airflow_lance.core import FragmentMetadata, LanceError
 from airflow_lance.spark.conform import _same_kind
+from airflow_lance.spark.distributed import map_task_partitions
 from airflow_lance.spark.spec import SourceSpec
 
 if TYPE_CHECKING:
@@ -355,14 +357,13 @@ def run_direct(spark: SparkSession, plan: DirectPlan, tasks: int,
     if not groups:
         return [], set(), 0
     job = functools.partial(write_group, plan=plan, writer_options=dict(writer_options))
-    out = spark.sparkContext.parallelize(range(len(groups)), len(groups)).mapPartitions(
-        functools.partial(_by_index, groups=groups, job=job)).collect()
+    out = map_task_partitions(spark, groups, functools.partial(_one_group, job=job))
     fragments = [FragmentMetadata.from_json(r[1]) for r in out if r[0] == "fragment"]
     schemas = {bytes(r[2]) for r in out if r[0] == "fragment"}
     rows = sum(int(r[1]) for r in out if r[0] == "rows")
     return fragments, schemas, rows
 
 
-def _by_index(indexes: Iterator[int], *, groups: list[list[Split]], job: Any) -> Iterator[Any]:
-    for index in indexes:
-        yield from job(iter(groups[index]))
+def _one_group(groups: Iterator[list[Split]], *, job: Any) -> Iterator[Any]:
+    for group in groups:
+        yield from job(iter(group))

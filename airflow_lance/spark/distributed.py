@@ -9,8 +9,12 @@ instead, which work the same in both:
   ``mapInArrow`` runs the function on the item of that id; results travel back as JSON);
 * :func:`map_task_partitions`: the same with ``function(iterator of items) -> iterator of
   results`` per partition (one item per partition; several results each);
+* :func:`map_groups`: ``function(iterator of items)`` over ``n`` contiguous groups of the items,
+  one Spark task per group (``parallelize(items, n).mapPartitions(function)``);
 * :func:`rows_per_partition`: a DataFrame whose partition ``i`` holds the rows of group ``i``;
-* :func:`default_parallelism`: the session's task slots.
+* :func:`default_parallelism`: the session's task slots;
+* :func:`share` / :func:`unshare`: a value every task reads as ``.value`` (a broadcast variable
+  under a ``SparkContext``; on Spark Connect the value itself, pickled with the function).
 
 The items and the function travel inside the pickled ``mapInArrow`` function (as they did in
 ``parallelize``'s closures), never in a plan's text or a log line.
@@ -96,6 +100,48 @@ def _group_rows(batches: Iterator[pa.RecordBatch], *, groups: Sequence[Sequence[
             rows = groups[group]
             yield pa.RecordBatch.from_arrays(
                 [pa.array([row[i] for row in rows], schema.field(i).type) for i in range(len(schema))], schema=schema)
+
+
+def _each_group(groups: Iterator[Sequence[Any]], *,
+                function: Callable[[Iterator[Any]], Iterable[Any]]) -> Iterator[Any]:
+    for group in groups:
+        yield from function(iter(group))
+
+
+def map_groups(spark: SparkSession, items: Sequence[Any], tasks: int,
+               function: Callable[[Iterator[Any]], Iterable[Any]]) -> list[Any]:
+    """``function`` over an iterator of the items of each of ``tasks`` contiguous groups (as
+    ``parallelize(items, tasks)`` slices them), one Spark task per group; all results in order."""
+    items = list(items)
+    tasks = max(1, min(int(tasks), len(items)))
+    groups = [items[i * len(items) // tasks:(i + 1) * len(items) // tasks] for i in range(tasks)]
+    return map_task_partitions(spark, groups, functools.partial(_each_group, function=function))
+
+
+class Inline:
+    """A shared value carried inside the pickled function (Spark Connect has no broadcast
+    variables); ``.value`` as a broadcast variable's."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def destroy(self) -> None:
+        self.value = None
+
+
+def share(spark: SparkSession, value: Any) -> Any:
+    """``value`` for every task of the next jobs, read as ``.value``: a broadcast variable under a
+    ``SparkContext``; on Spark Connect an :class:`Inline` pickled with the function that uses it
+    (the plan carrying it is bounded by the server's ``spark.connect.grpc.maxInboundMessageSize``,
+    128 MiB by default). Release it with :func:`unshare`."""
+    if is_connect(spark):
+        return Inline(value)
+    return spark.sparkContext.broadcast(value)
+
+
+def unshare(shared: Any) -> None:
+    """Release what :func:`share` gave."""
+    shared.destroy()
 
 
 def rows_per_partition(spark: SparkSession, groups: Sequence[Sequence[tuple]], ddl: str,

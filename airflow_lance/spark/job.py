@@ -43,6 +43,7 @@ from airflow_lance.spark.merge_insert_spec import MERGE_INSERT_KEY, MergeInsertJ
 from airflow_lance.spark.environment import check_on_executors, executor_problems, load_requirements
 from airflow_lance.core import SchemaMismatchError
 from airflow_lance.spark.direct import DirectPlan, plan_direct, run_direct
+from airflow_lance.spark.distributed import default_parallelism
 from airflow_lance.spark.spec import JobSpecError, SourceSpec, WriteJobResult, WriteJobSpec, check_against_dataset
 from airflow_lance.spark.task_spec import JOB_KEY, TaskJobSpec
 from airflow_lance.spark.tasks import run_task_job
@@ -82,15 +83,38 @@ def describe_failure(exc: BaseException) -> str:
     """``Type: message`` of a failure; for an error raised on an executor (wrapped by Spark),
     the Lance error it ends with rather than Spark's wrapper; for a Spark error with an error
     class, ``CLASS: message`` (e.g. ``PATH_NOT_FOUND: Path does not exist: file:/x.``)."""
+    if _grpc_status(exc) == "UNAUTHENTICATED":
+        details = _GRPC_DETAILS.search(str(exc))
+        return (f"Spark Connect authentication failed: the server refused the connection's token "
+                f"({details.group(1) if details else _first_line(exc)}); set the connection's password to the "
+                "server's token (spark.connect.authenticate.token)")
     found = _EXECUTOR_ERROR.findall(str(exc))
     if found:
         name, message = found[-1]
         return f"{name}: {message} (on an executor)"
-    first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    first_line = _first_line(exc)
     spark_error = _SPARK_ERROR_CLASS.match(first_line)
     if spark_error:
         return f"{spark_error.group(1)}: {spark_error.group(2)}"
     return f"{type(exc).__name__}: {first_line}"
+
+
+#: the server's message in a gRPC error's text: ``details = "Invalid authentication token"``
+_GRPC_DETAILS = re.compile(r'details = "([^"]*)"')
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+
+
+def _grpc_status(exc: BaseException) -> str | None:
+    """The gRPC status name of a Spark Connect client error (``UNAUTHENTICATED``, ...), else None."""
+    getter = getattr(exc, "getGrpcStatusCode", None)
+    try:
+        code = getter() if callable(getter) else None
+    except Exception:  # noqa: BLE001 - not a Connect error after all
+        return None
+    return getattr(code, "name", None)
 
 
 def parse_spec(text: str | bytes) -> WriteJobSpec | TaskJobSpec | MergeInsertJobSpec:
@@ -220,7 +244,7 @@ def choose_reader(spark: SparkSession, spec: WriteJobSpec) -> DirectPlan | None:
 
 
 def _tasks(spark: SparkSession, spec: WriteJobSpec) -> int:
-    return spec.num_partitions or max(spark.sparkContext.defaultParallelism, 1)
+    return spec.num_partitions or default_parallelism(spark)
 
 
 def run_direct_write(spark: SparkSession, spec: WriteJobSpec, plan: DirectPlan) -> WriteJobResult:

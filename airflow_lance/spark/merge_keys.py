@@ -6,7 +6,9 @@ then a new row is a source row as it is, and the target contributes only which k
 and where.
 
 1. The source's key columns are collected on the driver (Arrow; a path source reads only those
-   columns) and broadcast once as Arrow IPC: their distinct non-null values in the dataset's types.
+   columns) and broadcast once as Arrow IPC: their distinct non-null values in the dataset's types
+   (on Spark Connect, which has no broadcast variables, they travel inside the tasks' pickled
+   function: :func:`~airflow_lance.spark.distributed.share`).
 2. One task per target fragment reads the fragment's key columns with their row addresses
    (the core's reader; deleted rows skipped) and looks them up in the broadcast keys (binary
    search for one integer key, else a hash join); the driver gets the matched (keys, address)
@@ -36,6 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_lance.core import AmbiguousMergeInsertError, FragmentMetadata
+from airflow_lance.spark.distributed import default_parallelism, map_groups, map_task_partitions, share, unshare
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -242,7 +245,7 @@ def run(spark: SparkSession, spec: MergeInsertJobSpec, source: DataFrame, ds: An
     from airflow_lance.spark.read import plan_tasks
     from airflow_lance.spark.writer import RESULT_DDL
 
-    on, arrow, sc = list(spec.on), ds.schema, spark.sparkContext
+    on, arrow = list(spec.on), ds.schema
     options = dict(spec.storage_options)
     clock = time.monotonic()
 
@@ -263,13 +266,13 @@ def run(spark: SparkSession, spec: MergeInsertJobSpec, source: DataFrame, ds: An
     updated: list[FragmentMetadata] = []
     removed: list[int] = []
     if wanted.num_rows and tasks:
-        keys = sc.broadcast(to_ipc(wanted))
+        keys = share(spark, to_ipc(wanted))
         try:
             matcher = functools.partial(match_fragments, uri=spec.uri, version=spec.read_version,
                                         storage_options=options, on=on, keys=keys, delete=delete_now)
-            parts = sc.parallelize(tasks, len(tasks)).mapPartitions(matcher).collect()
+            parts = map_task_partitions(spark, tasks, matcher)
         finally:
-            keys.destroy()
+            unshare(keys)
         matched = pa.concat_tables([from_ipc(p) for p, _, _ in parts])
         updated = [FragmentMetadata.from_json(f) for _, f, _ in parts if f is not None]
         removed = [r for _, _, r in parts if r is not None]
@@ -294,8 +297,8 @@ def run(spark: SparkSession, spec: MergeInsertJobSpec, source: DataFrame, ds: An
                  for f in np.unique(fragment_ids)]
         writer = functools.partial(write_fragment_deletions, uri=spec.uri, storage_options=options,
                                    read_version=spec.read_version)
-        tasks_dv = spec.num_partitions or min(sc.defaultParallelism, len(items))
-        for fragment, gone in sc.parallelize(items, tasks_dv).mapPartitions(writer).collect():
+        tasks_dv = spec.num_partitions or min(default_parallelism(spark), len(items))
+        for fragment, gone in map_groups(spark, items, tasks_dv, writer):
             if fragment is not None:
                 updated.append(FragmentMetadata.from_json(fragment))
             else:
@@ -305,10 +308,10 @@ def run(spark: SparkSession, spec: MergeInsertJobSpec, source: DataFrame, ds: An
     rows = counts[UPDATED] + counts[INSERTED]
     new_fragments: list[FragmentMetadata] = []
     if rows:
-        pairs = sc.broadcast(to_ipc(matched if spec.when_matched_update_all or spec.when_not_matched_insert_all
+        pairs = share(spark, to_ipc(matched if spec.when_matched_update_all or spec.when_not_matched_insert_all
                                     else matched.slice(0, 0)))
         try:
-            writers = spec.num_partitions or max(1, min(sc.defaultParallelism,
+            writers = spec.num_partitions or max(1, min(default_parallelism(spark),
                                                         math.ceil(rows / MIN_ROWS_PER_WRITER)))
             frame = source.coalesce(writers)
             writer = functools.partial(
@@ -318,7 +321,7 @@ def run(spark: SparkSession, spec: MergeInsertJobSpec, source: DataFrame, ds: An
                 max_bytes_per_file=spec.max_bytes_per_file)
             written = frame.mapInArrow(writer, RESULT_DDL).collect()
         finally:
-            pairs.destroy()
+            unshare(pairs)
         new_fragments = [FragmentMetadata.from_json(row["fragment"]) for row in written]
         lap(f"{rows} rows written as {len(new_fragments)} fragments")
     return new_fragments, updated, sorted(removed), counts
