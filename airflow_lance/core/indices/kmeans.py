@@ -19,7 +19,7 @@ TOLERANCE = 1e-4
 BLOCK_CELLS = 1 << 23
 
 
-def _block(n: int, k: int, groups: int = 1) -> int:
+def _block(k: int, groups: int = 1) -> int:
     return max(1, BLOCK_CELLS // max(1, k * groups))
 
 
@@ -37,14 +37,15 @@ def assign_batched(data: np.ndarray, centroids: np.ndarray, metric: str) -> tupl
     dists = np.empty((g, n), np.float64)
     c_t = np.ascontiguousarray(np.swapaxes(centroids, 1, 2))
     c_norm = np.einsum("gkd,gkd->gk", centroids, centroids)[:, None, :] if metric == "l2" else None
-    step = _block(n, k, g)
+    step = _block(k, g)
     for start in range(0, n, step):  # blocks of rows
         x = data[:, start:start + step]
         prod = np.matmul(x, c_t)
         if metric == "l2":
-            d = c_norm - 2 * prod
-            lab = d.argmin(axis=2)
-            best = np.take_along_axis(d, lab[..., None], axis=2)[..., 0]
+            prod *= -2
+            prod += c_norm
+            lab = prod.argmin(axis=2)
+            best = np.take_along_axis(prod, lab[..., None], axis=2)[..., 0]
             best = best + np.einsum("gnd,gnd->gn", x, x)
             best = np.maximum(best, 0)
         else:
@@ -56,16 +57,17 @@ def assign_batched(data: np.ndarray, centroids: np.ndarray, metric: str) -> tupl
 
 
 def _means(data: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per-cluster mean of ``data`` rows (n x d) and cluster sizes; zero for empty clusters."""
-    order = np.argsort(labels, kind="stable")
-    sizes = np.bincount(labels, minlength=k)
-    sums = np.zeros((k, data.shape[1]), np.float64)
-    present = np.flatnonzero(sizes)
-    if len(present):
-        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])[present]
-        sums[present] = np.add.reduceat(data[order].astype(np.float64, copy=False), starts, axis=0)
+    """Per-cluster means (g x k x d) of ``data`` (g x n x d) under ``labels`` (g x n), and the
+    cluster sizes (g x k); zero for empty clusters. One weighted bincount per dimension."""
+    g, n, d = data.shape
+    flat = (labels + (np.arange(g, dtype=np.int64) * k)[:, None]).reshape(-1)
+    sizes = np.bincount(flat, minlength=g * k)
+    rows = data.reshape(g * n, d)
+    sums = np.empty((g * k, d), np.float64)
+    for j in range(d):  # per dimension, not per row
+        sums[:, j] = np.bincount(flat, weights=rows[:, j], minlength=g * k)
     means = sums / np.maximum(sizes, 1)[:, None]
-    return means, sizes
+    return means.reshape(g, k, d), sizes.reshape(g, k)
 
 
 def train_batched(data: np.ndarray, k: int, metric: str, rng: np.random.Generator,
@@ -78,15 +80,12 @@ def train_batched(data: np.ndarray, k: int, metric: str, rng: np.random.Generato
     for _ in range(max_iters):
         labels, dists = assign_batched(data, centroids, metric)
         loss = float(dists.sum())
-        new = np.empty_like(centroids)
-        for i in range(g):  # one per sub-problem (PQ sub-vector), not per row
-            means, sizes = _means(data[i], labels[i], k)
-            empty = np.flatnonzero(sizes == 0)
-            if len(empty):
-                far = np.argsort(-dists[i], kind="stable")[: len(empty)]
-                means[empty[: len(far)]] = data[i, far]
-            new[i] = means.astype(data.dtype, copy=False)
-        centroids = new
+        means, sizes = _means(data, labels, k)
+        for i in np.flatnonzero((sizes == 0).any(axis=1)):  # sub-problems with empty clusters
+            empty = np.flatnonzero(sizes[i] == 0)
+            far = np.argsort(-dists[i], kind="stable")[: len(empty)]
+            means[i, empty[: len(far)]] = data[i, far]
+        centroids = means.astype(data.dtype, copy=False)
         if abs(previous - loss) < tolerance * loss:
             break
         previous = loss

@@ -4,12 +4,15 @@ pylance 14's names and defaults: ``metric`` "L2" (also "euclidean"), "cosine" or
 ``replace`` False; ``num_partitions`` default ``num_rows // target_partition_size`` in
 [1, 4096] (target 4096 rows for IVF_FLAT, 8192 for IVF_PQ); ``num_sub_vectors`` default 16;
 ``num_bits`` 8; ``sample_rate`` 256; ``max_iters`` 50. Rows whose vector is null or not
-finite are left out. Every check runs before anything is written; the files are laid out by
+finite are left out. As pylance 14, at most one partition per vector is trained (IVF_PQ: one
+per 256 vectors), with a warning. Every check runs before anything is written; the files are laid out by
 :mod:`.ivf`.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import time
 import uuid as uuid_lib
 from typing import TYPE_CHECKING, Any
@@ -33,6 +36,8 @@ from airflow_lance.core.transaction import LanceOperation
 
 if TYPE_CHECKING:
     from airflow_lance.core.dataset import LanceDataset
+
+log = logging.getLogger(__name__)
 
 PYLANCE_VECTOR_TYPES = ("IVF_FLAT", "IVF_PQ", "IVF_SQ", "IVF_HNSW_FLAT", "IVF_HNSW_PQ", "IVF_HNSW_SQ", "IVF_RQ")
 SUPPORTED_TYPES = ("IVF_FLAT", "IVF_PQ")
@@ -101,7 +106,8 @@ def _params(dataset: LanceDataset, index_type: Any, metric: Any, num_partitions:
     for key, value in extra.items():
         if key not in _DEFAULTS:
             raise InvalidInputError(f"create_index got an unexpected argument {key!r}")
-        if value is not _DEFAULTS[key] and value != _DEFAULTS[key]:
+        default = _DEFAULTS[key]
+        if (value is not None) if default is None else not (type(value) is type(default) and value == default):
             raise UnsupportedFeatureError(f"create_index({key}=...) is not supported yet")
     if num_bits != 8:
         raise UnsupportedFeatureError(f"num_bits={num_bits} is not supported yet (supported: 8)")
@@ -126,8 +132,6 @@ def _vectors(current: LanceDataset, column: str, dim: int) -> tuple[np.ndarray, 
     fragments = [f.id for f in current._fragments]
     table = current.scanner(columns=[column], with_row_id=True).to_table()
     values = table.column(column).combine_chunks()
-    if isinstance(values, pa.ChunkedArray):
-        values = pa.concat_arrays(values.chunks) if values.num_chunks else pa.array([], table.schema.field(column).type)
     valid = values.is_valid()
     ids = table.column("_rowid").combine_chunks().filter(valid)
     values = values.filter(valid)
@@ -137,19 +141,26 @@ def _vectors(current: LanceDataset, column: str, dim: int) -> tuple[np.ndarray, 
     return vectors[finite], ids.to_numpy(zero_copy_only=False).astype(np.uint64)[finite], fragments
 
 
-def _check_rows(params: ivf.VectorIndexParams, rows: int) -> None:
-    if rows < params.num_partitions:
-        raise InvalidInputError(f"num_partitions ({params.num_partitions}) exceeds the {rows} indexable vectors")
+def _partitions(params: ivf.VectorIndexParams, rows: int) -> ivf.VectorIndexParams:
+    """pylance 14 trains at most one partition per vector, and for IVF_PQ at most one per 256."""
     if params.index_type == "IVF_PQ" and rows < 2 ** params.num_bits:
         raise InvalidInputError(f"Not enough rows to train PQ. Requires {2 ** params.num_bits} rows but only "
                                 f"{rows} available")
+    if rows == 0:
+        raise InvalidInputError("the column holds no non-null, finite vectors to train IVF on")
+    cap = rows // 2 ** params.num_bits if params.index_type == "IVF_PQ" else rows
+    if params.num_partitions > cap:
+        log.warning("Build Vector Index: training %d of the %d requested IVF partitions; the column holds %d vectors",
+                    cap, params.num_partitions, rows)
+        return dataclasses.replace(params, num_partitions=cap)
+    return params
 
 
 def build_vector_index(current: LanceDataset, column: str, field_id: int, dim: int, params: ivf.VectorIndexParams,
                        name: str) -> table_pb2.IndexMetadata:
     """Write the files of the index under a new ``_indices/{uuid}/`` and return its ``IndexMetadata``."""
     vectors, row_ids, fragments = _vectors(current, column, dim)
-    _check_rows(params, len(vectors))
+    params = _partitions(params, len(vectors))
     files = ivf.build(vectors, row_ids, params, np.random.default_rng())
     uuid = str(uuid_lib.uuid4())
     written = [write_index_file(current.store, uuid, file_name, data, current.data_storage_version)
@@ -174,9 +185,9 @@ def create_index(
 
     Raises before writing anything: ColumnNotFoundError (KeyError); InvalidTypeError
     (TypeError) for a column that is no fixed-size list of floats or a non-int count;
-    InvalidInputError (ValueError) for an unknown metric, a bad ``num_partitions`` /
-    ``num_sub_vectors``, too few vectors; UnsupportedFeatureError (NotImplementedError) for
-    other index types, float16/float64 vectors, the hamming metric, ``num_bits`` other than 8
+    InvalidInputError (ValueError) for an unknown metric, a ``num_partitions`` /
+    ``num_sub_vectors`` below 1 or not dividing the dimension, fewer than 256 vectors for PQ;
+    UnsupportedFeatureError (NotImplementedError) for other index types, float16/float64 vectors, the hamming metric, ``num_bits`` other than 8
     and pylance arguments not implemented here (given at other than their defaults);
     IndexExistsError (RuntimeError) for a taken name without ``replace``.
     """
@@ -186,9 +197,6 @@ def create_index(
     if name is not None and (not isinstance(name, str) or not name):
         raise InvalidInputError(f"name must be a non-empty string, not {name!r}")
     resolve_name(dataset, column, field_id, params.index_type, name, replace, ivf.TYPE_URL)
-    rows = dataset.count_rows()
-    if rows < params.num_partitions:
-        raise InvalidInputError(f"num_partitions ({params.num_partitions}) exceeds the dataset's {rows} rows")
 
     def plan(current: LanceDataset) -> tuple[LanceOperation.CreateIndex, None]:
         index_name, existing = resolve_name(current, column, field_id, params.index_type, name, replace, ivf.TYPE_URL)
