@@ -1,6 +1,7 @@
 """k-means on numpy, as Lance trains IVF centroids and PQ codebooks.
 
-Lloyd iterations from ``k`` random rows of the data (Lance's random init), at most
+Lloyd iterations from k-means++ seeds (IVF with up to 256 partitions; else ``k`` random rows of the
+data, Lance's init), at most
 ``max_iters`` (50), stopping when the loss changes by less than ``tolerance`` (1e-4) of
 itself. ``metric`` is ``"l2"`` (squared distance) or ``"dot"`` (distance ``1 - x.c``, the
 centroid still the members' mean). Empty clusters are re-seeded with the rows farthest from
@@ -15,12 +16,12 @@ import numpy as np
 
 MAX_ITERS = 50
 TOLERANCE = 1e-4
-#: Distance-matrix cells per block (x 4 bytes).
-BLOCK_CELLS = 1 << 23
-
-
-def _block(k: int, groups: int = 1) -> int:
-    return max(1, BLOCK_CELLS // max(1, k * groups))
+#: Distance-matrix cells per block and dimension (at most ``MAX_BLOCK_CELLS``): narrow products (PQ
+#: sub-vectors) are several times faster in small blocks that stay in cache, wide ones in large blocks.
+BLOCK_CELLS_PER_DIM = 1 << 14
+MAX_BLOCK_CELLS = 1 << 22
+#: IVF centroids are seeded by k-means++ up to this many partitions, else (and for PQ) by random rows.
+PLUS_PLUS_MAX_K = 256
 
 
 def assign(data: np.ndarray, centroids: np.ndarray, metric: str) -> tuple[np.ndarray, np.ndarray]:
@@ -30,29 +31,32 @@ def assign(data: np.ndarray, centroids: np.ndarray, metric: str) -> tuple[np.nda
 
 
 def assign_batched(data: np.ndarray, centroids: np.ndarray, metric: str) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`assign` over ``g`` problems: ``data`` g x n x d, ``centroids`` g x k x d."""
-    g, n, _ = data.shape
+    """:func:`assign` over ``g`` problems: ``data`` g x n x d, ``centroids`` g x k x d.
+
+    Per block of rows one matrix product ``x @ -2c.T`` plus ``|c|^2`` (l2) or ``x @ -c.T``
+    (dot), whose row-wise argmin is the nearest centroid."""
+    g, n, d = data.shape
     k = centroids.shape[1]
     labels = np.empty((g, n), np.int64)
     dists = np.empty((g, n), np.float64)
-    c_t = np.ascontiguousarray(np.swapaxes(centroids, 1, 2))
-    c_norm = np.einsum("gkd,gkd->gk", centroids, centroids)[:, None, :] if metric == "l2" else None
-    step = _block(k, g)
-    for start in range(0, n, step):  # blocks of rows
-        x = data[:, start:start + step]
-        prod = np.matmul(x, c_t)
-        if metric == "l2":
-            prod *= -2
-            prod += c_norm
-            lab = prod.argmin(axis=2)
-            best = np.take_along_axis(prod, lab[..., None], axis=2)[..., 0]
-            best = best + np.einsum("gnd,gnd->gn", x, x)
-            best = np.maximum(best, 0)
-        else:
-            lab = prod.argmax(axis=2)
-            best = 1 - np.take_along_axis(prod, lab[..., None], axis=2)[..., 0]
-        labels[:, start:start + step] = lab
-        dists[:, start:start + step] = best
+    step = max(16, min(MAX_BLOCK_CELLS, BLOCK_CELLS_PER_DIM * d) // max(1, k))
+    for i in range(g):  # one per sub-problem (PQ sub-vector)
+        c = centroids[i]
+        weights = np.ascontiguousarray(-2 * c.T if metric == "l2" else -c.T)
+        bias = np.einsum("kd,kd->k", c, c) if metric == "l2" else None
+        for start in range(0, n, step):  # blocks of rows
+            x = data[i, start:start + step]
+            prod = x @ weights
+            if bias is not None:
+                prod += bias
+            lab = prod.argmin(axis=1)
+            best = prod[np.arange(len(lab)), lab].astype(np.float64)
+            if metric == "l2":
+                best = np.maximum(best + np.einsum("nd,nd->n", x, x), 0)
+            else:
+                best += 1
+            labels[i, start:start + step] = lab
+            dists[i, start:start + step] = best
     return labels, dists
 
 
@@ -70,11 +74,28 @@ def _means(data: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray, np
     return means.reshape(g, k, d), sizes.reshape(g, k)
 
 
+def _plus_plus(data: np.ndarray, k: int, metric: str, rng: np.random.Generator) -> np.ndarray:
+    """k-means++ seeds: each next seed drawn with probability proportional to its (l2) distance
+    to the nearest seed so far. One vectorised pass over the rows per seed."""
+    n = len(data)
+    chosen = np.empty(k, np.int64)
+    chosen[0] = rng.integers(n)
+    nearest = ((data - data[chosen[0]]) ** 2).sum(axis=1, dtype=np.float64)
+    for j in range(1, k):  # per seed, not per row
+        total = nearest.sum()
+        chosen[j] = rng.choice(n, p=nearest / total) if total > 0 else rng.integers(n)
+        nearest = np.minimum(nearest, ((data - data[chosen[j]]) ** 2).sum(axis=1, dtype=np.float64))
+    return data[chosen]
+
+
 def train_batched(data: np.ndarray, k: int, metric: str, rng: np.random.Generator,
                   max_iters: int = MAX_ITERS, tolerance: float = TOLERANCE) -> tuple[np.ndarray, float]:
     """Train ``g`` independent k-means (``data`` g x n x d, n >= k) -> centroids g x k x d, loss."""
     g, n, d = data.shape
-    centroids = np.stack([data[i, rng.choice(n, size=k, replace=False)] for i in range(g)])
+    if g == 1 and k <= PLUS_PLUS_MAX_K:
+        centroids = _plus_plus(data[0], k, metric, rng)[None]
+    else:
+        centroids = np.stack([data[i, rng.choice(n, size=k, replace=False)] for i in range(g)])
     previous = np.inf
     loss = np.inf
     for _ in range(max_iters):
