@@ -113,7 +113,8 @@ CASES = [(t, m) for t in ("IVF_FLAT", "IVF_PQ") for m in ("l2", "cosine", "dot")
 @pytest.mark.parametrize(("index_type", "metric"), CASES)
 def test_pylance_uses_our_index_with_the_recall_of_its_own(tmp_path, index_type, metric):
     params = {"num_partitions": 16} | ({"num_sub_vectors": 8} if index_type == "IVF_PQ" else {})
-    ours, theirs = _compare_recall(tmp_path, index_type, metric, 4000, 100, params, nprobes=4)
+    ours, theirs = _compare_recall(tmp_path, index_type, metric, 3000, 150, params, nprobes=4)
+    print(f"recall@10 {index_type} {metric}: ours {ours:.3f}, pylance {theirs:.3f}")
     assert ours >= theirs - 0.02, (ours, theirs)
     assert ours > (0.9 if index_type == "IVF_FLAT" else 0.4), ours
 
@@ -299,12 +300,12 @@ def test_bad_input_raises_typed_errors_before_writing(uri):
 
 
 @pytest.mark.parametrize(("index_type", "kwargs"), [
-    ("IVF_FLAT", {}), ("IVF_PQ", {"num_sub_vectors": 2}), ("IVF_PQ", {"num_sub_vectors": 2, "num_partitions": 100}),
+    ("IVF_FLAT", {}), ("IVF_PQ", {"num_sub_vectors": 2}), ("IVF_PQ", {"num_sub_vectors": 2, "num_partitions": 40}),
 ])
 def test_number_of_partitions_follows_pylance(tmp_path, index_type, kwargs):
     """Default num_partitions (rows // 4096 or // 8192) and pylance's cap (IVF_PQ: one per 256 vectors)."""
     ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
-    _write_with_pylance(ours, _vectors(9000, dim=8))
+    _write_with_pylance(ours, _vectors(9000, dim=4))
     shutil.copytree(ours, theirs)
     lance.dataset(ours).create_index("vec", index_type, **kwargs)
     pylance.dataset(theirs).create_index("vec", index_type, **kwargs)

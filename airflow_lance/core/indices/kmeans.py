@@ -1,7 +1,7 @@
 """k-means on numpy, as Lance trains IVF centroids and PQ codebooks.
 
-Lloyd iterations from k-means++ seeds (IVF with up to 256 partitions; else ``k`` random rows of the
-data, Lance's init), at most
+Lloyd iterations from k-means++ seeds (up to 256 clusters on small samples; else ``k`` random rows
+of the data, Lance's init), at most
 ``max_iters`` (50), stopping when the loss changes by less than ``tolerance`` (1e-4) of
 itself. ``metric`` is ``"l2"`` (squared distance) or ``"dot"`` (distance ``1 - x.c``, the
 centroid still the members' mean). Empty clusters are re-seeded with the rows farthest from
@@ -20,8 +20,10 @@ TOLERANCE = 1e-4
 #: sub-vectors) are several times faster in small blocks that stay in cache, wide ones in large blocks.
 BLOCK_CELLS_PER_DIM = 1 << 14
 MAX_BLOCK_CELLS = 1 << 22
-#: IVF centroids are seeded by k-means++ up to this many partitions, else (and for PQ) by random rows.
+#: Centroids are seeded by k-means++ up to this many clusters (PQ codebooks, small IVFs), else by random rows.
 PLUS_PLUS_MAX_K = 256
+#: ... and while problems x rows x clusters stays below this (its cost); larger samples seed randomly.
+PLUS_PLUS_MAX_CELLS = 1 << 25
 
 
 def assign(data: np.ndarray, centroids: np.ndarray, metric: str) -> tuple[np.ndarray, np.ndarray]:
@@ -74,26 +76,30 @@ def _means(data: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray, np
     return means.reshape(g, k, d), sizes.reshape(g, k)
 
 
-def _plus_plus(data: np.ndarray, k: int, metric: str, rng: np.random.Generator) -> np.ndarray:
-    """k-means++ seeds: each next seed drawn with probability proportional to its (l2) distance
-    to the nearest seed so far. One vectorised pass over the rows per seed."""
-    n = len(data)
-    chosen = np.empty(k, np.int64)
-    chosen[0] = rng.integers(n)
-    nearest = ((data - data[chosen[0]]) ** 2).sum(axis=1, dtype=np.float64)
+def _plus_plus(data: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+    """k-means++ seeds of ``g`` problems (``data`` g x n x d): each next seed drawn with probability
+    proportional to its squared l2 distance to the nearest seed so far (inverse-CDF sampling for
+    all problems at once). One vectorised pass over the rows per seed."""
+    g, n, _ = data.shape
+    rows = np.arange(g)
+    chosen = np.empty((g, k), np.int64)
+    chosen[:, 0] = rng.integers(0, n, g)
+    nearest = ((data - data[rows, chosen[:, 0]][:, None]) ** 2).sum(axis=2, dtype=np.float64)
     for j in range(1, k):  # per seed, not per row
-        total = nearest.sum()
-        chosen[j] = rng.choice(n, p=nearest / total) if total > 0 else rng.integers(n)
-        nearest = np.minimum(nearest, ((data - data[chosen[j]]) ** 2).sum(axis=1, dtype=np.float64))
-    return data[chosen]
+        cumulative = np.cumsum(nearest, axis=1)
+        target = rng.random(g) * cumulative[:, -1]
+        chosen[:, j] = np.minimum((cumulative < target[:, None]).sum(axis=1), n - 1)
+        seed = data[rows, chosen[:, j]][:, None]
+        nearest = np.minimum(nearest, ((data - seed) ** 2).sum(axis=2, dtype=np.float64))
+    return data[rows[:, None], chosen]
 
 
 def train_batched(data: np.ndarray, k: int, metric: str, rng: np.random.Generator,
                   max_iters: int = MAX_ITERS, tolerance: float = TOLERANCE) -> tuple[np.ndarray, float]:
     """Train ``g`` independent k-means (``data`` g x n x d, n >= k) -> centroids g x k x d, loss."""
     g, n, d = data.shape
-    if g == 1 and k <= PLUS_PLUS_MAX_K:
-        centroids = _plus_plus(data[0], k, metric, rng)[None]
+    if k <= PLUS_PLUS_MAX_K and g * n * k <= PLUS_PLUS_MAX_CELLS:
+        centroids = _plus_plus(data, k, rng)
     else:
         centroids = np.stack([data[i, rng.choice(n, size=k, replace=False)] for i in range(g)])
     previous = np.inf
