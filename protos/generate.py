@@ -17,7 +17,8 @@ import sys
 PROTO_DIR = pathlib.Path(__file__).resolve().parent
 PROJECT_ROOT = PROTO_DIR.parent
 VIRTUAL_PREFIX = "airflow_lance/core/_proto"
-SOURCES = ("file.proto", "file2.proto", "encodings_v2_0.proto", "encodings_v2_1.proto", "rowids.proto", "table.proto", "transaction.proto")
+SOURCES = ("file.proto", "file2.proto", "encodings_v2_0.proto", "encodings_v2_1.proto", "rowids.proto", "table.proto", "transaction.proto",
+           "index.proto")
 
 
 def generate(output_root: pathlib.Path) -> list[pathlib.Path]:

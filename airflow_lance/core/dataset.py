@@ -661,6 +661,19 @@ class LanceDataset:
 
         create_scalar_index(self, column, index_type, name, replace=replace)
 
+    def create_index(
+        self, column: str | list[str], index_type: str, name: str | None = None, metric: str = "L2",
+        replace: bool = False, num_partitions: int | None = None, num_sub_vectors: int | None = None, *,
+        target_partition_size: int | None = None, **kwargs: Any,
+    ) -> LanceDataset:
+        """Build an IVF_FLAT or IVF_PQ vector index on ``column`` with pylance 14's parameters
+        (see :mod:`airflow_lance.core.indices.vector`); returns this handle, moved to the new version."""
+        from airflow_lance.core.indices import create_index
+
+        create_index(self, column, index_type, name, metric, replace, num_partitions, num_sub_vectors,
+                     target_partition_size=target_partition_size, **kwargs)
+        return self
+
     def optimize_indices(self, *, num_indices_to_merge: int | None = None, index_names: Sequence[str] | None = None,
                          retrain: bool = False) -> None:
         """pylance 14's ``optimize_indices``: fold unindexed fragments into the scalar indices

@@ -78,7 +78,7 @@ TYPE_URLS = {"BTREE": btree.TYPE_URL, "BITMAP": bitmap.TYPE_URL, "LABEL_LIST": l
 
 
 def resolve_name(current: LanceDataset, column: str, field_id: int, index_type: str, name: str | None,
-                 replace: bool) -> tuple[str, list[table_pb2.IndexMetadata]]:
+                 replace: bool, type_url: str | None = None) -> tuple[str, list[table_pb2.IndexMetadata]]:
     """pylance 14's naming: the index's name and the entries it replaces.
 
     Without ``name``: ``{column}_idx``, or ``{column}_idx_2``, ``_3``, ... while the name is taken by
@@ -86,12 +86,13 @@ def resolve_name(current: LanceDataset, column: str, field_id: int, index_type: 
     (also with ``replace``); one taken on the same fields is replaced if ``replace``, else an error.
     """
     indices = user_indices(current.manifest_file)
+    type_url = type_url or TYPE_URLS[index_type]
     if name is None:
         for n in range(1, len(indices) + 2):
             name = f"{column}_idx" if n == 1 else f"{column}_idx_{n}"
             taken = [i for i in indices if i.name == name]
             if not taken or (list(taken[0].fields) == [field_id]
-                             and taken[0].index_details.type_url == TYPE_URLS[index_type]):
+                             and taken[0].index_details.type_url == type_url):
                 break
     assert name is not None
     existing = [i for i in indices if i.name == name]

@@ -16,7 +16,13 @@ import pyroaring
 from google.protobuf import json_format
 
 from airflow_lance.core._proto import table_pb2
-from airflow_lance.core.indices.metadata import fragment_bitmap, index_uuid, type_name, user_indices
+from airflow_lance.core.indices.metadata import (
+    fragment_bitmap,
+    index_type_name,
+    index_uuid,
+    user_indices,
+    vector_details,
+)
 
 if TYPE_CHECKING:
     from airflow_lance.core.dataset import LanceDataset
@@ -70,7 +76,7 @@ def list_indices(dataset: LanceDataset) -> list[dict[str, Any]]:
     return [
         {
             "name": index.name,
-            "type": type_name(index.index_details.type_url),
+            "type": index_type_name(index),
             "uuid": index_uuid(index),
             "fields": _field_names(dataset, list(index.fields)),
             "version": index.dataset_version,
@@ -81,7 +87,20 @@ def list_indices(dataset: LanceDataset) -> list[dict[str, Any]]:
     ]
 
 
+def _vector_details(details: Any) -> dict[str, Any]:
+    """pylance 14's ``details`` of a vector index: metric, PQ compression, runtime hints."""
+    out: dict[str, Any] = {"metric_type": {0: "L2", 1: "COSINE", 2: "DOT", 3: "HAMMING"}.get(details.metric_type)}
+    if details.WhichOneof("compression") == "pq":
+        out["compression"] = {"type": "pq", "num_bits": details.pq.num_bits,
+                              "num_sub_vectors": details.pq.num_sub_vectors}
+    out["runtime_hints"] = dict(details.runtime_hints)
+    return out
+
+
 def _details(index: table_pb2.IndexMetadata) -> dict[str, Any]:
+    vector = vector_details(index)
+    if vector is not None:
+        return _vector_details(vector)
     any_msg = index.index_details
     if not any_msg.value:
         return {}
@@ -130,7 +149,7 @@ def describe_indices(dataset: LanceDataset) -> list[IndexDescription]:
         out.append(IndexDescription(
             name=name,
             type_url=first.index_details.type_url,
-            index_type=type_name(first.index_details.type_url),
+            index_type=index_type_name(first),
             num_rows_indexed=sum(rows.get(fid, 0) for fid in covered),
             fields=list(first.fields),
             field_names=_field_names(dataset, list(first.fields)),

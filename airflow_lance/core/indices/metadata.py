@@ -14,7 +14,7 @@ import uuid as uuid_lib
 
 import pyroaring
 
-from airflow_lance.core._proto import table_pb2
+from airflow_lance.core._proto import index_pb2, table_pb2
 from airflow_lance.core.errors import CorruptFileError
 from airflow_lance.core.manifest import ManifestFile
 
@@ -28,9 +28,12 @@ TYPE_NAMES = {
     "/lance.table.ZoneMapIndexDetails": "ZoneMap",
     "/lance.table.BloomFilterIndexDetails": "BloomFilter",
     "/lance.table.VectorIndexDetails": "Vector",
+    "/lance.index.pb.VectorIndexDetails": "Vector",
     "/lance.table.FragmentReuseIndexDetails": "FragmentReuse",
     "/lance.table.MemWalIndexDetails": "MemWal",
 }
+
+VECTOR_DETAILS_URL = "/lance.index.pb.VectorIndexDetails"
 
 #: System indices pylance keeps out of ``list_indices``/``describe_indices``.
 SYSTEM_INDEX_NAMES = frozenset({"__lance_frag_reuse", "__lance_mem_wal"})
@@ -42,6 +45,29 @@ def type_name(type_url: str) -> str:
         return TYPE_NAMES[type_url]
     short = type_url.rsplit(".", 1)[-1]
     return short[: -len("IndexDetails")] if short.endswith("IndexDetails") else short
+
+
+def vector_details(index: table_pb2.IndexMetadata) -> index_pb2.VectorIndexDetails | None:
+    """The decoded ``/lance.index.pb.VectorIndexDetails`` of a vector index, else None."""
+    if index.index_details.type_url != VECTOR_DETAILS_URL:
+        return None
+    details = index_pb2.VectorIndexDetails()
+    try:
+        details.ParseFromString(index.index_details.value)
+    except Exception as exc:  # protobuf's DecodeError
+        raise CorruptFileError("manifest", f"vector index details do not decode: {exc}") from exc
+    return details
+
+
+def index_type_name(index: table_pb2.IndexMetadata) -> str:
+    """pylance 14's type of an index entry: ``IVF_FLAT``/``IVF_PQ``/... for vector indices with
+    details, else the name of its details' type (:func:`type_name`)."""
+    details = vector_details(index)
+    if details is not None:
+        compression = details.WhichOneof("compression")
+        if compression is not None:
+            return {"flat": "IVF_FLAT", "pq": "IVF_PQ"}.get(compression, compression.upper())
+    return type_name(index.index_details.type_url)
 
 
 def parse_section(manifest_file: ManifestFile) -> list[table_pb2.IndexMetadata]:

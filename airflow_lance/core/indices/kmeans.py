@@ -1,0 +1,126 @@
+"""k-means on numpy, as Lance trains IVF centroids and PQ codebooks.
+
+Lloyd iterations from k-means++ seeds (up to 256 clusters on small samples; else ``k`` random rows
+of the data, Lance's init), at most
+``max_iters`` (50), stopping when the loss changes by less than ``tolerance`` (1e-4) of
+itself. ``metric`` is ``"l2"`` (squared distance) or ``"dot"`` (distance ``1 - x.c``, the
+centroid still the members' mean). Empty clusters are re-seeded with the rows farthest from
+their centroid. Distances are computed in row blocks by matrix products (no per-row loops);
+:func:`train_batched` trains several independent problems of the same shape at once (PQ's
+sub-vectors).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+MAX_ITERS = 50
+TOLERANCE = 1e-4
+#: Distance-matrix cells per block and dimension (at most ``MAX_BLOCK_CELLS``): narrow products (PQ
+#: sub-vectors) are several times faster in small blocks that stay in cache, wide ones in large blocks.
+BLOCK_CELLS_PER_DIM = 1 << 14
+MAX_BLOCK_CELLS = 1 << 22
+#: Centroids are seeded by k-means++ up to this many clusters (PQ codebooks, small IVFs), else by random rows.
+PLUS_PLUS_MAX_K = 256
+#: ... and while problems x rows x clusters stays below this (its cost); larger samples seed randomly.
+PLUS_PLUS_MAX_CELLS = 1 << 25
+
+
+def assign(data: np.ndarray, centroids: np.ndarray, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """Nearest centroid of each row of ``data`` (n x d) and its distance."""
+    labels, dists = assign_batched(data[None], centroids[None], metric)
+    return labels[0], dists[0]
+
+
+def assign_batched(data: np.ndarray, centroids: np.ndarray, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`assign` over ``g`` problems: ``data`` g x n x d, ``centroids`` g x k x d.
+
+    Per block of rows one matrix product ``x @ -2c.T`` plus ``|c|^2`` (l2) or ``x @ -c.T``
+    (dot), whose row-wise argmin is the nearest centroid."""
+    g, n, d = data.shape
+    k = centroids.shape[1]
+    labels = np.empty((g, n), np.int64)
+    dists = np.empty((g, n), np.float64)
+    step = max(16, min(MAX_BLOCK_CELLS, BLOCK_CELLS_PER_DIM * d) // max(1, k))
+    for i in range(g):  # one per sub-problem (PQ sub-vector)
+        c = centroids[i]
+        weights = np.ascontiguousarray(-2 * c.T if metric == "l2" else -c.T)
+        bias = np.einsum("kd,kd->k", c, c) if metric == "l2" else None
+        for start in range(0, n, step):  # blocks of rows
+            x = data[i, start:start + step]
+            prod = x @ weights
+            if bias is not None:
+                prod += bias
+            lab = prod.argmin(axis=1)
+            best = prod[np.arange(len(lab)), lab].astype(np.float64)
+            if metric == "l2":
+                best = np.maximum(best + np.einsum("nd,nd->n", x, x), 0)
+            else:
+                best += 1
+            labels[i, start:start + step] = lab
+            dists[i, start:start + step] = best
+    return labels, dists
+
+
+def _means(data: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-cluster means (g x k x d) of ``data`` (g x n x d) under ``labels`` (g x n), and the
+    cluster sizes (g x k); zero for empty clusters. One weighted bincount per dimension."""
+    g, n, d = data.shape
+    flat = (labels + (np.arange(g, dtype=np.int64) * k)[:, None]).reshape(-1)
+    sizes = np.bincount(flat, minlength=g * k)
+    rows = data.reshape(g * n, d)
+    sums = np.empty((g * k, d), np.float64)
+    for j in range(d):  # per dimension, not per row
+        sums[:, j] = np.bincount(flat, weights=rows[:, j], minlength=g * k)
+    means = sums / np.maximum(sizes, 1)[:, None]
+    return means.reshape(g, k, d), sizes.reshape(g, k)
+
+
+def _plus_plus(data: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+    """k-means++ seeds of ``g`` problems (``data`` g x n x d): each next seed drawn with probability
+    proportional to its squared l2 distance to the nearest seed so far (inverse-CDF sampling for
+    all problems at once). One vectorised pass over the rows per seed."""
+    g, n, _ = data.shape
+    rows = np.arange(g)
+    chosen = np.empty((g, k), np.int64)
+    chosen[:, 0] = rng.integers(0, n, g)
+    nearest = ((data - data[rows, chosen[:, 0]][:, None]) ** 2).sum(axis=2, dtype=np.float64)
+    for j in range(1, k):  # per seed, not per row
+        cumulative = np.cumsum(nearest, axis=1)
+        target = rng.random(g) * cumulative[:, -1]
+        chosen[:, j] = np.minimum((cumulative < target[:, None]).sum(axis=1), n - 1)
+        seed = data[rows, chosen[:, j]][:, None]
+        nearest = np.minimum(nearest, ((data - seed) ** 2).sum(axis=2, dtype=np.float64))
+    return data[rows[:, None], chosen]
+
+
+def train_batched(data: np.ndarray, k: int, metric: str, rng: np.random.Generator,
+                  max_iters: int = MAX_ITERS, tolerance: float = TOLERANCE) -> tuple[np.ndarray, float]:
+    """Train ``g`` independent k-means (``data`` g x n x d, n >= k) -> centroids g x k x d, loss."""
+    g, n, d = data.shape
+    if k <= PLUS_PLUS_MAX_K and g * n * k <= PLUS_PLUS_MAX_CELLS:
+        centroids = _plus_plus(data, k, rng)
+    else:
+        centroids = np.stack([data[i, rng.choice(n, size=k, replace=False)] for i in range(g)])
+    previous = np.inf
+    loss = np.inf
+    for _ in range(max_iters):
+        labels, dists = assign_batched(data, centroids, metric)
+        loss = float(dists.sum())
+        means, sizes = _means(data, labels, k)
+        for i in np.flatnonzero((sizes == 0).any(axis=1)):  # sub-problems with empty clusters
+            empty = np.flatnonzero(sizes[i] == 0)
+            far = np.argsort(-dists[i], kind="stable")[: len(empty)]
+            means[i, empty[: len(far)]] = data[i, far]
+        centroids = means.astype(data.dtype, copy=False)
+        if abs(previous - loss) < tolerance * loss:
+            break
+        previous = loss
+    return centroids, loss
+
+
+def train(data: np.ndarray, k: int, metric: str, rng: np.random.Generator, max_iters: int = MAX_ITERS,
+          tolerance: float = TOLERANCE) -> tuple[np.ndarray, float]:
+    """k-means on ``data`` (n x d, n >= k) -> centroids (k x d) and the final loss."""
+    centroids, loss = train_batched(data[None], k, metric, rng, max_iters, tolerance)
+    return centroids[0], loss

@@ -1,0 +1,206 @@
+"""``create_index``: build an IVF_FLAT or IVF_PQ vector index and commit a ``CreateIndex``.
+
+pylance 14's names and defaults: ``metric`` "L2" (also "euclidean"), "cosine" or "dot";
+``replace`` False; ``num_partitions`` default ``num_rows // target_partition_size`` in
+[1, 4096] (target 4096 rows for IVF_FLAT, 8192 for IVF_PQ); ``num_sub_vectors`` default 16;
+``num_bits`` 8; ``sample_rate`` 256; ``max_iters`` 50. Rows whose vector is null or not
+finite are left out. As pylance 14, at most one partition per vector is trained (IVF_PQ: one
+per 256 vectors), with a warning. Every check runs before anything is written; the files are laid out by
+:mod:`.ivf`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+import uuid as uuid_lib
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyroaring
+
+from airflow_lance.core._proto import table_pb2
+from airflow_lance.core.errors import (
+    ColumnNotFoundError,
+    InvalidInputError,
+    InvalidTypeError,
+    UnsupportedFeatureError,
+)
+from airflow_lance.core.indices import ivf
+from airflow_lance.core.indices.create import resolve_name
+from airflow_lance.core.indices.files import write_index_file
+from airflow_lance.core.transaction import LanceOperation
+
+if TYPE_CHECKING:
+    from airflow_lance.core.dataset import LanceDataset
+
+log = logging.getLogger(__name__)
+
+PYLANCE_VECTOR_TYPES = ("IVF_FLAT", "IVF_PQ", "IVF_SQ", "IVF_HNSW_FLAT", "IVF_HNSW_PQ", "IVF_HNSW_SQ", "IVF_RQ")
+SUPPORTED_TYPES = ("IVF_FLAT", "IVF_PQ")
+PYLANCE_METRICS = ("l2", "cosine", "euclidean", "dot", "hamming")
+TARGET_PARTITION_SIZE = {"IVF_FLAT": 4096, "IVF_PQ": 8192}
+MAX_PARTITIONS = 4096
+DEFAULT_NUM_SUB_VECTORS = 16
+#: Keyword arguments of pylance's ``create_index`` accepted here only at their defaults.
+_DEFAULTS: dict[str, Any] = {
+    "ivf_centroids": None, "pq_codebook": None, "accelerator": None, "index_cache_size": None,
+    "shuffle_partition_batches": None, "shuffle_partition_concurrency": None, "ivf_centroids_file": None,
+    "precomputed_partition_dataset": None, "storage_options": None, "filter_nan": True, "train": True,
+    "fragment_ids": None, "index_uuid": None, "streaming_sample_rate": None, "streaming_coreset_rate": None,
+    "streaming_refine_passes": None, "skip_transpose": False, "progress_callback": None,
+    "index_file_version": "V3",
+}
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise InvalidTypeError(f"{name} must be int, got {type(value)}")
+    if value < 1:
+        raise InvalidInputError(f"{name} must be a positive integer, got {value}")
+    return int(value)
+
+
+def _column(dataset: LanceDataset, column: Any) -> tuple[str, int, int]:
+    if isinstance(column, (list, tuple)):
+        if len(column) != 1:
+            raise UnsupportedFeatureError(f"a vector index covers exactly one column, got {list(column)}")
+        column = column[0]
+    if not isinstance(column, str):
+        raise InvalidTypeError(f"column must be a string, not {type(column).__name__}")
+    if column not in dataset.schema.names:
+        raise ColumnNotFoundError(f"{column} not found in schema")
+    dtype = dataset.schema.field(column).type
+    if not pa.types.is_fixed_size_list(dtype):
+        raise InvalidTypeError(f"Vector column {column} must be FixedSizeListArray, got {dtype}")
+    if not pa.types.is_floating(dtype.value_type):
+        raise InvalidTypeError(f"Vector column {column} must have floating value type, got {dtype.value_type}")
+    if not pa.types.is_float32(dtype.value_type):
+        raise UnsupportedFeatureError(f"vector indices on {dtype.value_type} vectors are not supported yet "
+                                      "(supported: float32)")
+    field_id = next(f.id for f in dataset.lance_schema.top_level() if f.name == column)
+    return column, field_id, dtype.list_size
+
+
+def _params(dataset: LanceDataset, index_type: Any, metric: Any, num_partitions: Any, num_sub_vectors: Any,
+            target_partition_size: Any, dim: int, kwargs: dict[str, Any]) -> ivf.VectorIndexParams:
+    if not isinstance(index_type, str):
+        raise InvalidTypeError(f"index_type must be a string, not {type(index_type).__name__}")
+    kind = index_type.upper()
+    if kind not in PYLANCE_VECTOR_TYPES:
+        raise UnsupportedFeatureError(f"Only {list(PYLANCE_VECTOR_TYPES)} index types supported. Got {index_type}")
+    if kind not in SUPPORTED_TYPES:
+        raise UnsupportedFeatureError(f"{kind} indices are not supported yet (supported: IVF_FLAT, IVF_PQ)")
+    if not isinstance(metric, str) or metric.lower() not in PYLANCE_METRICS:
+        raise InvalidInputError(f"Metric {metric} not supported.")
+    metric = "l2" if metric.lower() == "euclidean" else metric.lower()
+    if metric == "hamming":
+        raise UnsupportedFeatureError("the hamming metric is not supported yet (supported: l2, cosine, dot)")
+    extra = dict(kwargs)
+    num_bits = _positive_int("num_bits", extra.pop("num_bits", 8))
+    sample_rate = _positive_int("sample_rate", extra.pop("sample_rate", ivf.SAMPLE_RATE))
+    max_iters = _positive_int("max_iters", extra.pop("max_iters", 50))
+    for key, value in extra.items():
+        if key not in _DEFAULTS:
+            raise InvalidInputError(f"create_index got an unexpected argument {key!r}")
+        default = _DEFAULTS[key]
+        if (value is not None) if default is None else not (type(value) is type(default) and value == default):
+            raise UnsupportedFeatureError(f"create_index({key}=...) is not supported yet")
+    if num_bits != 8:
+        raise UnsupportedFeatureError(f"num_bits={num_bits} is not supported yet (supported: 8)")
+    if num_partitions is None:
+        target = TARGET_PARTITION_SIZE[kind] if target_partition_size is None else \
+            _positive_int("target_partition_size", target_partition_size)
+        num_partitions = min(max(1, dataset.count_rows() // target), MAX_PARTITIONS)
+    elif isinstance(num_partitions, float):
+        num_partitions = int(num_partitions)
+    num_partitions = _positive_int("num_partitions", num_partitions)
+    if kind == "IVF_PQ":
+        num_sub_vectors = DEFAULT_NUM_SUB_VECTORS if num_sub_vectors is None else \
+            _positive_int("num_sub_vectors", num_sub_vectors)
+        if dim % num_sub_vectors:
+            raise InvalidInputError(f"dimension ({dim}) must be divisible by num_sub_vectors ({num_sub_vectors})")
+    return ivf.VectorIndexParams(kind, metric, num_partitions, num_sub_vectors if kind == "IVF_PQ" else None,
+                                 num_bits, sample_rate, max_iters)
+
+
+def _vectors(current: LanceDataset, column: str, dim: int) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """The finite, non-null vectors of ``column`` with their row ids, and the fragments read."""
+    fragments = [f.id for f in current._fragments]
+    table = current.scanner(columns=[column], with_row_id=True).to_table()
+    values = table.column(column).combine_chunks()
+    valid = values.is_valid()
+    ids = table.column("_rowid").combine_chunks().filter(valid)
+    values = values.filter(valid)
+    flat = pc.list_flatten(values).to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
+    vectors = flat.reshape(len(values), dim)
+    finite = np.isfinite(vectors).all(axis=1)
+    return vectors[finite], ids.to_numpy(zero_copy_only=False).astype(np.uint64)[finite], fragments
+
+
+def _partitions(params: ivf.VectorIndexParams, rows: int) -> ivf.VectorIndexParams:
+    """pylance 14 trains at most one partition per vector, and for IVF_PQ at most one per 256."""
+    if params.index_type == "IVF_PQ" and rows < 2 ** params.num_bits:
+        raise InvalidInputError(f"Not enough rows to train PQ. Requires {2 ** params.num_bits} rows but only "
+                                f"{rows} available")
+    if rows == 0:
+        raise InvalidInputError("the column holds no non-null, finite vectors to train IVF on")
+    cap = rows // 2 ** params.num_bits if params.index_type == "IVF_PQ" else rows
+    if params.num_partitions > cap:
+        log.warning("Build Vector Index: training %d of the %d requested IVF partitions; the column holds %d vectors",
+                    cap, params.num_partitions, rows)
+        return dataclasses.replace(params, num_partitions=cap)
+    return params
+
+
+def build_vector_index(current: LanceDataset, column: str, field_id: int, dim: int, params: ivf.VectorIndexParams,
+                       name: str) -> table_pb2.IndexMetadata:
+    """Write the files of the index under a new ``_indices/{uuid}/`` and return its ``IndexMetadata``."""
+    vectors, row_ids, fragments = _vectors(current, column, dim)
+    params = _partitions(params, len(vectors))
+    files = ivf.build(vectors, row_ids, params, np.random.default_rng())
+    uuid = str(uuid_lib.uuid4())
+    written = [write_index_file(current.store, uuid, file_name, data, current.data_storage_version)
+               for file_name, data in files.items()]
+    index = table_pb2.IndexMetadata(
+        fields=[field_id], name=name, dataset_version=current.version,
+        fragment_bitmap=pyroaring.BitMap(fragments).serialize(),
+        index_version=ivf.INDEX_VERSION, created_at=int(time.time() * 1000), files=written,
+    )
+    index.uuid.uuid = uuid_lib.UUID(uuid).bytes
+    index.index_details.type_url = ivf.TYPE_URL
+    index.index_details.value = ivf.details(params)
+    return index
+
+
+def create_index(
+    dataset: LanceDataset, column: Any, index_type: str, name: str | None = None, metric: str = "L2",
+    replace: bool = False, num_partitions: int | None = None, num_sub_vectors: int | None = None, *,
+    target_partition_size: int | None = None, conflict_retries: int = 10, **kwargs: Any,
+) -> None:
+    """Build an IVF_FLAT or IVF_PQ index on ``column`` and commit it; the handle moves to the new version.
+
+    Raises before writing anything: ColumnNotFoundError (KeyError); InvalidTypeError
+    (TypeError) for a column that is no fixed-size list of floats or a non-int count;
+    InvalidInputError (ValueError) for an unknown metric, a ``num_partitions`` /
+    ``num_sub_vectors`` below 1 or not dividing the dimension, fewer than 256 vectors for PQ;
+    UnsupportedFeatureError (NotImplementedError) for other index types, float16/float64 vectors, the hamming metric, ``num_bits`` other than 8
+    and pylance arguments not implemented here (given at other than their defaults);
+    IndexExistsError (RuntimeError) for a taken name without ``replace``.
+    """
+    column, field_id, dim = _column(dataset, column)
+    params = _params(dataset, index_type, metric, num_partitions, num_sub_vectors, target_partition_size, dim,
+                     kwargs)
+    if name is not None and (not isinstance(name, str) or not name):
+        raise InvalidInputError(f"name must be a non-empty string, not {name!r}")
+    resolve_name(dataset, column, field_id, params.index_type, name, replace, ivf.TYPE_URL)
+
+    def plan(current: LanceDataset) -> tuple[LanceOperation.CreateIndex, None]:
+        index_name, existing = resolve_name(current, column, field_id, params.index_type, name, replace, ivf.TYPE_URL)
+        index = build_vector_index(current, column, field_id, dim, params, index_name)
+        return LanceOperation.CreateIndex(new_indices=[index], removed_indices=existing), None
+
+    dataset._commit_planned(plan, conflict_retries)
