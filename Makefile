@@ -27,8 +27,10 @@ $(NPM_STAMP): $(NPM_DIR)/package-lock.json
 	@if command -v npm >/dev/null; then npm ci --no-audit --no-fund --loglevel=error --prefix $(NPM_DIR) && touch $@; \
 	else echo "npm not found: Azure and DynamoDB tests will be skipped"; fi
 
+# Two workers (pytest-xdist), each running whole test files: Spark jobs wait on their JVMs much of
+# the time, so two files at once keep both cores busy.
 test: $(STAMP) $(NPM_STAMP)  ## run the test suite
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 stress: $(STAMP) $(NPM_STAMP)  ## long stress runs (crash trials, many writers)
 	$(PY) -m pytest -q -m slow --run-slow
