@@ -213,9 +213,10 @@ def test_reported_version_is_the_compaction_even_when_a_writer_commits_after_it(
     _small_fragments(uri, fragments=3)
     ds = lance.dataset(uri)
     results = LanceCompactFilesOperator._rewrite_here(ds, lance.Compaction.plan(ds, target_rows_per_fragment=100))
-    metrics = LanceCompactFilesOperator._commit(ds, results)
+    operator = LanceCompactFilesOperator(task_id="compact", uri=uri)
+    metrics = operator._commit(ds, results, None)
     assert (metrics.version, metrics.versions_created) == (ds.version + 1, 1)
     lance.write_dataset(pa.table({"id": pa.array([999], pa.int64()), "name": ["late"]}), uri, mode="append")
-    retried = LanceCompactFilesOperator._commit(ds, results)  # a retried task: nothing committed twice
+    retried = operator._commit(ds, results, None)  # a retried task: nothing committed twice
     assert (retried.version, retried.versions_created) == (metrics.version, 0)
     assert lance.dataset(uri).version == metrics.version + 1
