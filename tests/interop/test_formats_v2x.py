@@ -5,6 +5,8 @@ from __future__ import annotations
 import pathlib
 import struct
 import sys
+from collections.abc import Iterator
+from typing import Any
 
 import lance as pylance
 import numpy as np
@@ -336,19 +338,24 @@ def _string_table(n: int, seed: int = 7) -> pa.Table:
     })
 
 
-def _general_schemes(uri: str) -> dict[str, set[int]]:
-    """Per field name: the general-compression schemes of its pages' values."""
-    schemes: dict[str, set[int]] = {}
+def _mini_block_compressions(uri: str) -> Iterator[tuple[str, Any]]:
+    """(field name, value compression) of every mini-block page of the dataset's data files."""
     for path in (pathlib.Path(uri) / "data").glob("*.lance"):
         reader = ours.file.LanceFileReader(pa.OSFile(str(path)), path=str(path))
         names = [f.name for f in reader.schema.fields if not reader.schema.children(f.id)]
         for column, name in enumerate(names):
             for page in reader.column_metadata(column).pages:
                 layout = pb.PageLayout.FromString(any_pb2.Any.FromString(page.encoding.direct.encoding).value)
-                if layout.WhichOneof("layout") == "mini_block_layout" and \
-                        layout.mini_block_layout.value_compression.WhichOneof("compression") == "general":
-                    schemes.setdefault(name, set()).add(layout.mini_block_layout.value_compression.general
-                                                        .compression.scheme)
+                if layout.WhichOneof("layout") == "mini_block_layout":
+                    yield name, layout.mini_block_layout.value_compression
+
+
+def _general_schemes(uri: str) -> dict[str, set[int]]:
+    """Per field name: the general-compression schemes of its pages' values."""
+    schemes: dict[str, set[int]] = {}
+    for name, compression in _mini_block_compressions(uri):
+        if compression.WhichOneof("compression") == "general":
+            schemes.setdefault(name, set()).add(compression.general.compression.scheme)
     return schemes
 
 
@@ -403,15 +410,8 @@ def test_compressed_string_chunks_shrink_and_row_reads(tmp_path, monkeypatch):
 def _value_kinds(uri: str) -> dict[str, set[str]]:
     """Per field name: the value compressions of its mini-block pages."""
     kinds: dict[str, set[str]] = {}
-    for path in (pathlib.Path(uri) / "data").glob("*.lance"):
-        reader = ours.file.LanceFileReader(pa.OSFile(str(path)), path=str(path))
-        names = [f.name for f in reader.schema.fields if not reader.schema.children(f.id)]
-        for column, name in enumerate(names):
-            for page in reader.column_metadata(column).pages:
-                layout = pb.PageLayout.FromString(any_pb2.Any.FromString(page.encoding.direct.encoding).value)
-                if layout.WhichOneof("layout") == "mini_block_layout":
-                    kinds.setdefault(name, set()).add(
-                        layout.mini_block_layout.value_compression.WhichOneof("compression"))
+    for name, compression in _mini_block_compressions(uri):
+        kinds.setdefault(name, set()).add(compression.WhichOneof("compression"))
     return kinds
 
 
