@@ -72,8 +72,6 @@ with DAG("lance_test_spark_add_columns", schedule=None, start_date=dt.datetime(2
                                             input_columns=["id"], only_missing=True, py_files=UDFS, **common)
     backfill_nothing = LanceSparkAddColumnsOperator(task_id="backfill_nothing", uri=f"{ROOT}/backfill.lance",
                                                     expressions={"score": "id * 0.5"}, only_missing=True, **common)
-    retry = FailAfterCommit(task_id="retry_after_commit", uri=f"{ROOT}/retry.lance", function="spark_udfs:score",
-                            input_columns=["id"], py_files=UDFS, retries=1, **common)
     retry_staged = FailBeforeCommit(task_id="retry_before_commit", uri=f"{ROOT}/staged.lance",
                                     expressions={"doubled": "id * 2"}, retries=1, **common)
     fails = LanceSparkAddColumnsOperator(task_id="function_fails", uri=f"{ROOT}/fails.lance",
@@ -92,10 +90,11 @@ with DAG("lance_test_spark_add_columns", schedule=None, start_date=dt.datetime(2
     window_refused = LanceSparkAddColumnsOperator(task_id="window_refused", uri=f"{ROOT}/fails.lance",
                                                   expressions={"x": "sum(id) OVER ()"}, **common)
     (unknown_input >> existing >> bad_sql >> bad_function >> sql_v20 >> udf_v22 >> backfill >> backfill_nothing
-     >> retry >> retry_staged >> fails >> window_refused >> concurrent)
+     >> retry_staged >> fails >> window_refused >> concurrent)
 
 # make stress (tests marked slow): a pandas function, a Spark SQL backfill of a fragment the core
-# appended (a decimal cast to the column's double), a function Spark rejects
+# appended (a decimal cast to the column's double), a function Spark rejects, a retry after the
+# commit landed
 with DAG("lance_test_spark_add_columns_slow", schedule=None, start_date=dt.datetime(2025, 1, 1),
          catchup=False) as slow:
     pandas_v22 = LanceSparkAddColumnsOperator(task_id="pandas_v22", uri="v22.lance", function="spark_udfs:score_pandas",
@@ -115,4 +114,6 @@ with DAG("lance_test_spark_add_columns_slow", schedule=None, start_date=dt.datet
                                                   only_missing=True, **common)
     spark_rejects = LanceSparkAddColumnsOperator(task_id="spark_rejects", uri=f"{ROOT}/fails.lance",
                                                  expressions={"x": "no_such_function(id)"}, **common)
-    pandas_v22 >> append_without_score() >> backfill_again >> spark_rejects
+    retry = FailAfterCommit(task_id="retry_after_commit", uri=f"{ROOT}/retry.lance", function="spark_udfs:score",
+                            input_columns=["id"], py_files=UDFS, retries=1, **common)
+    pandas_v22 >> append_without_score() >> backfill_again >> spark_rejects >> retry

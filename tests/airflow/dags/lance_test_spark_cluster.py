@@ -2,9 +2,10 @@
 ``spark://127.0.0.1:<port>``, client deploy mode; tests/airflow/spark_cluster.py starts it).
 
 A write of 3,000 rows in 4 Spark partitions (small files: 250 rows each), a Spark compaction of
-its 12 fragments, a column added by a Spark SQL expression (one task per fragment), a merge insert
-updating 500 rows and inserting 500, a Kartothek import on executors, and a write whose Spark task
-fails on its first attempt (Spark retries it: ``spark.task.maxFailures``). Paths come from LANCE_CLUSTER_TEST_ROOT;
+its 12 fragments, a write whose Spark task
+fails on its first attempt (Spark retries it: ``spark.task.maxFailures``); in make stress also a
+column added by a Spark SQL expression (one task per fragment), a merge insert updating 500 rows
+and inserting 500, and a Kartothek import on executors. Paths come from LANCE_CLUSTER_TEST_ROOT;
 ``python_env_archive`` from LANCE_CLUSTER_TEST_ARCHIVE (empty: none), set before parsing.
 """
 
@@ -43,19 +44,19 @@ with DAG("lance_test_spark_cluster", **ARGS) as dag:
                                     source_sql=ROWS_SQL, max_rows_per_file=250, **common)
     compact = LanceCompactFilesOperator(task_id="compact", uri=f"{ROOT}/written.lance", mode="spark",
                                         compaction_options={"target_rows_per_fragment": 1500}, **common)
-    evolve: list[Any] = []
-    if os.environ.get("LANCE_CLUSTER_TEST_FULL") == "1":  # make stress: two more applications on the cluster
-        evolve = [LanceSparkAddColumnsOperator(task_id="add_columns", uri=f"{ROOT}/written.lance",
-                                               expressions={"x2": "x * 2"}, **common),
-                  LanceSparkMergeInsertOperator(task_id="merge_insert", uri=f"{ROOT}/written.lance", on="id",
-                                                source_sql=UPSERT_SQL, num_partitions=2, **common)]
-    kartothek = KartothekToLanceOperator(
-        task_id="kartothek", store_uri=f"file://{FIXTURE_STORE}", dataset_uuid="two_keys",
-        target=f"{ROOT}/two_keys.lance", execution="spark", num_partitions=2, **common)
+    full: list[Any] = []
+    if os.environ.get("LANCE_CLUSTER_TEST_FULL") == "1":  # make stress: three more applications on the cluster
+        full = [LanceSparkAddColumnsOperator(task_id="add_columns", uri=f"{ROOT}/written.lance",
+                                             expressions={"x2": "x * 2"}, **common),
+                LanceSparkMergeInsertOperator(task_id="merge_insert", uri=f"{ROOT}/written.lance", on="id",
+                                              source_sql=UPSERT_SQL, num_partitions=2, **common),
+                KartothekToLanceOperator(task_id="kartothek", store_uri=f"file://{FIXTURE_STORE}",
+                                         dataset_uuid="two_keys", target=f"{ROOT}/two_keys.lance",
+                                         execution="spark", num_partitions=2, **common)]
     retried = LanceSparkWriteOperator(task_id="task_retried", uri=f"{ROOT}/retried.lance", mode="create",
                                       source_callable="cluster_sources:first_attempt_fails", py_files=SOURCES,
                                       **common)
-    chain(write, compact, *evolve, kartothek, retried)
+    chain(write, compact, *full, retried)
 
 # The executors' Python: one lacking packages the job needs (LANCE_CLUSTER_TEST_LACKING_PYTHON; the
 # driver keeps the full one), then a packed environment (LANCE_CLUSTER_TEST_ARCHIVE).

@@ -2,7 +2,8 @@
 pylance's ``add_columns`` with the same expressions / functions on identical copies is the oracle.
 
 One run of ``tests/airflow/dags/lance_test_spark_add_columns.py`` is shared by the assertions; a
-pandas function, a Spark SQL backfill and a function Spark rejects run in a second DAG of that file,
+pandas function, a Spark SQL backfill, a function Spark rejects and a retry after the commit landed
+run in a second DAG of that file,
 in make stress (``--run-slow``).
 """
 
@@ -28,7 +29,7 @@ import spark_udfs  # noqa: E402
 SECRET = "S3cr3t-add-columns-never-logged-5b2e"
 EXPRESSIONS = {"doubled": "id * 2", "shout": "upper(label)"}
 #: the tasks of the second DAG (make stress)
-SLOW_TASKS = ("pandas_v22", "backfill_again", "spark_rejects")
+SLOW_TASKS = ("pandas_v22", "backfill_again", "spark_rejects", "retry_after_commit")
 
 
 def _table(start: int, rows: int) -> pa.Table:
@@ -86,21 +87,23 @@ def run(tmp_path_factory: pytest.TempPathFactory, spark_submit_spy: SparkSubmitS
     _v22(uri)
     _scored(uri("backfill"))
     pylance.write_dataset(_table(400, 200), uri("backfill"), mode="append", max_rows_per_file=100)
-    for name in ("retry", "staged", "fails", "concurrent"):
+    for name in ("staged", "fails", "concurrent"):
         pylance.write_dataset(_table(0, 400), uri(name), max_rows_per_file=100)
-    versions = _versioned(root, ("v20", "v22", "backfill", "retry", "staged", "fails", "concurrent"))
+    versions = _versioned(root, ("v20", "v22", "backfill", "staged", "fails", "concurrent"))
     return _run_dag(root, "lance_test_spark_add_columns", versions, spark_submit_spy)
 
 
 @pytest.fixture(scope="module")
 def slow_run(tmp_path_factory: pytest.TempPathFactory, spark_submit_spy: SparkSubmitSpy) -> Run:
-    """The second DAG (make stress): a pandas function, a Spark SQL backfill, a function Spark rejects."""
+    """The second DAG (make stress): a pandas function, a Spark SQL backfill, a function Spark rejects,
+    a retry after the commit landed."""
     root = tmp_path_factory.mktemp("spark-add-columns-slow")
     uri = lambda name: str(root / f"{name}.lance")  # noqa: E731
     _v22(uri)
     _scored(uri("backfill"))
-    pylance.write_dataset(_table(0, 400), uri("fails"), max_rows_per_file=100)
-    return _run_dag(root, "lance_test_spark_add_columns_slow", _versioned(root, ("v22", "backfill", "fails")),
+    for name in ("fails", "retry"):
+        pylance.write_dataset(_table(0, 400), uri(name), max_rows_per_file=100)
+    return _run_dag(root, "lance_test_spark_add_columns_slow", _versioned(root, ("v22", "backfill", "fails", "retry")),
                     spark_submit_spy)
 
 
@@ -173,7 +176,9 @@ def test_only_missing_by_spark_sql_backfills_a_fragment_the_core_appended(slow_r
     assert type(ds.read_transaction(ds.version).operation).__name__ == "DataReplacement"
 
 
-def test_retry_after_the_commit_landed_adds_nothing(run: Run) -> None:
+@pytest.mark.slow
+def test_retry_after_the_commit_landed_adds_nothing(slow_run: Run) -> None:
+    run = slow_run
     ti = run.tis["retry_after_commit"]
     assert (ti.state, ti.try_number) == ("success", 2)
     ds = pylance.dataset(run.uri("retry"))
@@ -249,9 +254,9 @@ def test_an_append_landing_while_the_job_runs_keeps_its_rows(run: Run) -> None:
 def test_spark_ran_only_for_valid_jobs_and_secrets_stay_out(run: Run) -> None:
     slow = [f"airflow-lance-{task_id}" for task_id in SLOW_TASKS]
     calls = [argv for argv in run.spy.calls() if not any(name in argv for name in slow)]
-    # sql_v20, udf_v22, backfill, retry (first try only), function_fails, retry_before_commit (first
-    # try only), window_refused, concurrent
-    assert len(calls) == 8
+    # sql_v20, udf_v22, backfill, function_fails, retry_before_commit (first try only),
+    # window_refused, concurrent
+    assert len(calls) == 7
     assert all(SECRET not in " ".join(argv) for argv in calls)
     assert SECRET not in run.spy.output()
     for task_id in ("sql_v20", "udf_v22", "backfill"):

@@ -1,6 +1,7 @@
 """The Spark operators on a real standalone cluster (a master and two workers, each its own JVM
 and work directory, tests/airflow/spark_cluster.py) through ``dag.test()``, client deploy mode:
-a write, a Spark compaction, add columns, a merge insert and a Kartothek import. The executors ran in the workers'
+a write, a Spark compaction and a retried write (make stress: also add columns, a merge insert and a
+Kartothek import). The executors ran in the workers'
 directories; pylance reads exactly the rows written."""
 
 from __future__ import annotations
@@ -33,14 +34,14 @@ class ClusterRun:
     root: pathlib.Path
     dag_run: Any
     apps: list[str]
-    full: bool  # with the add-columns and merge-insert tasks (make stress)
+    full: bool  # with the add-columns, merge-insert and Kartothek tasks (make stress)
 
 
 @pytest.fixture(scope="module")
 def run(cluster: SparkCluster, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> ClusterRun:
     root = tmp_path_factory.mktemp("cluster-data")
     before = set(cluster.applications())
-    full = bool(request.config.getoption("--run-slow"))  # make stress adds add columns and merge insert
+    full = bool(request.config.getoption("--run-slow"))  # make stress adds add columns, merge insert, Kartothek
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LANCE_CLUSTER_TEST_FULL", "1" if full else "0")
         mp.setenv("LANCE_CLUSTER_TEST_ROOT", str(root))
@@ -52,11 +53,11 @@ def run(cluster: SparkCluster, tmp_path_factory: pytest.TempPathFactory, request
 
 def test_every_operator_ran_one_application_with_an_executor_on_each_worker(run: ClusterRun,
                                                                              cluster: SparkCluster) -> None:
-    evolve = {"add_columns": "success", "merge_insert": "success"} if run.full else {}
+    full = {"add_columns": "success", "merge_insert": "success", "kartothek": "success"} if run.full else {}
     assert {ti.task_id: ti.state for ti in run.dag_run.get_task_instances()} == {
-        "write": "success", "compact": "success", **evolve, "kartothek": "success", "task_retried": "success"}
-    # write, compaction, (add columns, merge insert,) Kartothek import, retried write
-    assert len(run.apps) == 4 + len(evolve)
+        "write": "success", "compact": "success", **full, "task_retried": "success"}
+    # write, compaction, (add columns, merge insert, Kartothek import,) retried write
+    assert len(run.apps) == 3 + len(full)
     for app in run.apps:
         dirs = cluster.executor_dirs(app)
         assert all(len(executors) == 1 for executors in dirs.values()), dirs  # both workers, one executor each
@@ -112,6 +113,7 @@ def test_pylance_reads_exactly_the_added_column_and_the_merged_rows(run: Cluster
     assert result["version"] == 4 and result["read_version"] == 3
 
 
+@pytest.mark.slow  # make stress: the cluster DAG runs the Kartothek import only with --run-slow
 def test_kartothek_import_on_the_cluster_equals_the_source(run: ClusterRun) -> None:
     ds = pylance.dataset(str(run.root / "two_keys.lance"))
     assert ds.version == 1
@@ -164,7 +166,7 @@ class EnvRun:
     root: pathlib.Path
     dag_run: Any
     apps: list[str]
-    full: bool  # with the add-columns and merge-insert tasks (make stress)
+    full: bool  # with the add-columns, merge-insert and Kartothek tasks (make stress)
     archive: pathlib.Path
 
 
