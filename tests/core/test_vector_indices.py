@@ -344,3 +344,25 @@ def test_index_files_in_the_datasets_storage_version(tmp_path, version):
             assert recall == theirs_recall == 1.0
         else:
             assert recall >= theirs_recall - 0.1, (recall, theirs_recall)
+
+
+def test_kmeans_bounded_assignment_equals_a_full_search_and_skips_rows() -> None:
+    """Hamerly's bounds (kmeans._Bounds) give every row the nearest centroid a full search gives,
+    at every iteration, while searching fewer rows than there are."""
+    rng = np.random.default_rng(7)
+    centers = rng.standard_normal((32, 16)).astype(np.float32) * 3
+    x = centers[rng.integers(0, 32, 6000)] + rng.standard_normal((6000, 16)).astype(np.float32)
+    data = np.ascontiguousarray(x.reshape(6000, 4, 4).transpose(1, 0, 2))
+    centroids = data[:, rng.choice(6000, 64, replace=False)]
+    bounds = kmeans._Bounds(data, centroids)
+    searched = []
+    for _ in range(12):
+        means, _ = kmeans._means(data, bounds.labels, 64)
+        moved = means.astype(np.float32)
+        bounds.assign(centroids, moved)
+        centroids = moved
+        full, dists = kmeans.assign_batched(data, centroids, "l2")
+        assert (bounds.labels == full).all()
+        np.testing.assert_allclose(bounds.dists, dists, rtol=1e-4, atol=1e-3)
+        searched.append(bounds.searched)
+    assert searched[-1] < data.shape[0] * data.shape[1] // 2, searched

@@ -8,6 +8,13 @@ centroid still the members' mean). Empty clusters are re-seeded with the rows fa
 their centroid. Distances are computed in row blocks by matrix products (no per-row loops);
 :func:`train_batched` trains several independent problems of the same shape at once (PQ's
 sub-vectors).
+
+For ``l2`` the assignment step skips the rows that cannot change cluster (Hamerly's bounds, the
+same assignments as plain Lloyd): each row keeps an upper bound on the distance to its centroid
+(made exact each iteration, one distance per row) and a lower bound on the distance to every
+other centroid (the second-nearest distance of its last full search, less the largest centroid
+move since); only rows whose upper bound reaches their lower bound are compared with every
+centroid. Late iterations move few centroids far, so most rows skip the ``k``-wide search.
 """
 
 from __future__ import annotations
@@ -20,6 +27,9 @@ TOLERANCE = 1e-4
 #: sub-vectors) are several times faster in small blocks that stay in cache, wide ones in large blocks.
 BLOCK_CELLS_PER_DIM = 1 << 14
 MAX_BLOCK_CELLS = 1 << 22
+#: Relative slack on Hamerly's bounds: float32 distances are not exact, a row this close to its
+#: bound is searched in full.
+BOUND_SLACK = 1e-4
 #: Centroids are seeded by k-means++ up to this many clusters (PQ codebooks, small IVFs), else by random rows.
 PLUS_PLUS_MAX_K = 256
 #: ... and while problems x rows x clusters stays below this (its cost); larger samples seed randomly.
@@ -41,7 +51,7 @@ def assign_batched(data: np.ndarray, centroids: np.ndarray, metric: str) -> tupl
     k = centroids.shape[1]
     labels = np.empty((g, n), np.int64)
     dists = np.empty((g, n), np.float64)
-    step = max(16, min(MAX_BLOCK_CELLS, BLOCK_CELLS_PER_DIM * d) // max(1, k))
+    step = _block_rows(d, k)
     for i in range(g):  # one per sub-problem (PQ sub-vector)
         c = centroids[i]
         weights = np.ascontiguousarray(-2 * c.T if metric == "l2" else -c.T)
@@ -60,6 +70,92 @@ def assign_batched(data: np.ndarray, centroids: np.ndarray, metric: str) -> tupl
             labels[i, start:start + step] = lab
             dists[i, start:start + step] = best
     return labels, dists
+
+
+def _block_rows(d: int, k: int) -> int:
+    return max(16, min(MAX_BLOCK_CELLS, BLOCK_CELLS_PER_DIM * d) // max(1, k))
+
+
+def _nearest_two(x: np.ndarray, centroids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Nearest centroid of each row of ``x`` (n x d; l2), its squared distance and the squared
+    distance of the second nearest (``inf`` with one centroid). One matrix product per row block
+    with the centroids' norms folded in (``[x, 1] @ [-2c.T; |c|^2]``)."""
+    n, d = x.shape
+    k = len(centroids)
+    weights = np.empty((d + 1, k), centroids.dtype)
+    weights[:d] = -2 * centroids.T
+    weights[d] = np.einsum("kd,kd->k", centroids, centroids)
+    labels = np.empty(n, np.int64)
+    best = np.empty(n, np.float64)
+    second = np.full(n, np.inf)
+    step = _block_rows(d, k)
+
+    def block(start: int) -> None:
+        rows = x[start:start + step]
+        m = len(rows)
+        augmented = np.empty((m, d + 1), x.dtype)
+        augmented[:, :d] = rows
+        augmented[:, d] = 1
+        prod = augmented @ weights
+        lab = prod.argmin(axis=1)
+        at = np.arange(m)
+        norms = np.einsum("nd,nd->n", rows, rows, dtype=np.float64)
+        labels[start:start + m] = lab
+        best[start:start + m] = np.maximum(prod[at, lab] + norms, 0)
+        if k > 1:
+            prod[at, lab] = np.inf
+            second[start:start + m] = np.maximum(prod.min(axis=1) + norms, 0)
+
+    for start in range(0, n, step):  # blocks of rows
+        block(start)
+    return labels, best, second
+
+
+def _exact(x: np.ndarray, centroids: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Squared l2 distance of each row of ``x`` to its own centroid (n x d work)."""
+    diff = x - centroids[labels]
+    return np.einsum("nd,nd->n", diff, diff, dtype=np.float64)
+
+
+class _Bounds:
+    """Hamerly's bounds of ``g`` l2 problems (see the module docstring): labels, squared distances
+    to the assigned centroids (exact after :meth:`assign`) and lower bounds (not squared) on the
+    distance to any other centroid."""
+
+    def __init__(self, data: np.ndarray, centroids: np.ndarray) -> None:
+        g, n, _ = data.shape
+        self.data = data
+        self.labels = np.empty((g, n), np.int64)
+        self.dists = np.empty((g, n), np.float64)
+        self.lower = np.empty((g, n), np.float64)
+        for i in range(g):
+            self.labels[i], self.dists[i], second = _nearest_two(data[i], centroids[i])
+            self.lower[i] = np.sqrt(second)
+        #: rows searched in full by the last :meth:`assign`, for tests and tuning
+        self.searched = g * n
+
+    def assign(self, old: np.ndarray, new: np.ndarray) -> None:
+        """Re-assign after the centroids moved from ``old`` to ``new``."""
+        self.searched = 0
+        for i in range(len(new)):
+            moved = np.sqrt(np.einsum("kd,kd->k", new[i] - old[i], new[i] - old[i], dtype=np.float64))
+            x, labels = self.data[i], self.labels[i]
+            # every centroid but a row's own moved at most the largest move of the others
+            farthest = int(moved.argmax())
+            top = moved[farthest]
+            runner_up = np.partition(moved, -2)[-2] if len(moved) > 1 else 0.0
+            self.lower[i] -= np.where(labels == farthest, runner_up, top)
+            exact = _exact(x, new[i], labels)
+            upper = np.sqrt(exact)
+            self.dists[i] = exact
+            rows = np.flatnonzero(upper >= self.lower[i] - BOUND_SLACK * (upper + 1e-30))
+            if not len(rows):
+                continue
+            self.searched += len(rows)
+            labels_r, best, second = _nearest_two(x[rows], new[i])
+            labels[rows] = labels_r
+            self.dists[i, rows] = best
+            self.lower[i, rows] = np.sqrt(second)
 
 
 def _means(data: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -104,15 +200,23 @@ def train_batched(data: np.ndarray, k: int, metric: str, rng: np.random.Generato
         centroids = np.stack([data[i, rng.choice(n, size=k, replace=False)] for i in range(g)])
     previous = np.inf
     loss = np.inf
+    bounds: _Bounds | None = None
     for _ in range(max_iters):
-        labels, dists = assign_batched(data, centroids, metric)
+        if metric != "l2":
+            labels, dists = assign_batched(data, centroids, metric)
+        else:
+            if bounds is None:
+                bounds = _Bounds(data, centroids)
+            else:
+                bounds.assign(old, centroids)
+            labels, dists = bounds.labels, bounds.dists
         loss = float(dists.sum())
         means, sizes = _means(data, labels, k)
         for i in np.flatnonzero((sizes == 0).any(axis=1)):  # sub-problems with empty clusters
             empty = np.flatnonzero(sizes[i] == 0)
             far = np.argsort(-dists[i], kind="stable")[: len(empty)]
             means[i, empty[: len(far)]] = data[i, far]
-        centroids = means.astype(data.dtype, copy=False)
+        old, centroids = centroids, means.astype(data.dtype, copy=False)
         if abs(previous - loss) < tolerance * loss:
             break
         previous = loss
