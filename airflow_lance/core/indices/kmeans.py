@@ -19,6 +19,9 @@ centroid. Late iterations move few centroids far, so most rows skip the ``k``-wi
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import numpy as np
 
 MAX_ITERS = 50
@@ -36,6 +39,22 @@ PLUS_PLUS_MAX_K = 256
 PLUS_PLUS_MAX_CELLS = 1 << 25
 
 
+#: Products at most this wide (PQ sub-vectors) run with one BLAS thread: OpenBLAS's threads cost more
+#: than such a product (several times the whole training on a busy two-core machine).
+NARROW_DIM = 32
+
+
+@contextlib.contextmanager
+def _blas_for(d: int) -> Iterator[None]:
+    if d > NARROW_DIM:
+        yield
+        return
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
+
+
 def assign(data: np.ndarray, centroids: np.ndarray, metric: str) -> tuple[np.ndarray, np.ndarray]:
     """Nearest centroid of each row of ``data`` (n x d) and its distance."""
     labels, dists = assign_batched(data[None], centroids[None], metric)
@@ -47,6 +66,11 @@ def assign_batched(data: np.ndarray, centroids: np.ndarray, metric: str) -> tupl
 
     Per block of rows one matrix product ``x @ -2c.T`` plus ``|c|^2`` (l2) or ``x @ -c.T``
     (dot), whose row-wise argmin is the nearest centroid."""
+    with _blas_for(data.shape[2]):
+        return _assign_batched(data, centroids, metric)
+
+
+def _assign_batched(data: np.ndarray, centroids: np.ndarray, metric: str) -> tuple[np.ndarray, np.ndarray]:
     g, n, d = data.shape
     k = centroids.shape[1]
     labels = np.empty((g, n), np.int64)
@@ -193,6 +217,12 @@ def _plus_plus(data: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray
 def train_batched(data: np.ndarray, k: int, metric: str, rng: np.random.Generator,
                   max_iters: int = MAX_ITERS, tolerance: float = TOLERANCE) -> tuple[np.ndarray, float]:
     """Train ``g`` independent k-means (``data`` g x n x d, n >= k) -> centroids g x k x d, loss."""
+    with _blas_for(data.shape[2]):
+        return _train_batched(data, k, metric, rng, max_iters, tolerance)
+
+
+def _train_batched(data: np.ndarray, k: int, metric: str, rng: np.random.Generator, max_iters: int,
+                   tolerance: float) -> tuple[np.ndarray, float]:
     g, n, d = data.shape
     if k <= PLUS_PLUS_MAX_K and g * n * k <= PLUS_PLUS_MAX_CELLS:
         centroids = _plus_plus(data, k, rng)
@@ -203,7 +233,7 @@ def train_batched(data: np.ndarray, k: int, metric: str, rng: np.random.Generato
     bounds: _Bounds | None = None
     for _ in range(max_iters):
         if metric != "l2":
-            labels, dists = assign_batched(data, centroids, metric)
+            labels, dists = _assign_batched(data, centroids, metric)
         else:
             if bounds is None:
                 bounds = _Bounds(data, centroids)
