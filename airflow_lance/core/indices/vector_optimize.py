@@ -1,0 +1,226 @@
+"""``optimize_indices`` for IVF_FLAT and IVF_PQ indices, as pylance 14 does it.
+
+The rows of the fragments no segment of the index covers (finite, non-null vectors; row ids as
+the index holds them) are assigned to the existing IVF centroids (the first segment's; cosine:
+normalized, l2 assignment, as at build) and, for IVF_PQ, encoded with its codebook (residuals
+for l2/cosine). Then, with ``num_indices_to_merge`` (pylance 14 observed):
+
+* ``None`` (default) or ``0``: a *delta* segment over only those rows: same centroids, codebook,
+  details and metadata, ``dataset_version`` the version it was built on;
+* ``n > 0``: one segment with every row of the ``n`` newest segments (kept as they are, rows
+  deleted since included, partition by partition, oldest segment first) followed by the new
+  rows; ``dataset_version`` of the oldest merged segment; the merged ones are removed;
+* ``retrain=True``: the index is rebuilt over every fragment (same metric, partitions, PQ
+  shape), replacing every segment.
+
+The ``index.idx`` loss is the new rows' assignment loss. pylance 14 also joins IVF partitions
+that became small (observed on IVF_FLAT partitions of a few hundred rows, default
+``num_indices_to_merge``) into fewer partitions; that is not done here: small indices get a delta.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+import uuid as uuid_lib
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyroaring
+
+from airflow_lance.core import layout
+from airflow_lance.core._proto import index_pb2, table_pb2
+from airflow_lance.core.file import LanceFileReader
+from airflow_lance.core.indices import ivf, kmeans, pq, vector_remap
+from airflow_lance.core.indices.files import IndexFileData, write_index_file
+from airflow_lance.core.indices.metadata import fragment_bitmap, index_uuid
+from airflow_lance.core.indices.vector import MAX_PARTITIONS, TARGET_PARTITION_SIZE, build_vector_index
+
+if TYPE_CHECKING:
+    from airflow_lance.core.dataset import LanceDataset
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class _Segment:
+    """What one IVF segment holds, rows row-major (PQ codes untransposed)."""
+
+    labels: np.ndarray
+    ids: np.ndarray
+    payload: np.ndarray  # n x dim float32 (flat) or n x m uint8 (PQ codes)
+    centroids: np.ndarray
+    aux_metadata: dict[str, str]
+    aux_buffers: list[bytes]
+    index_metadata: dict[str, str]
+    index_message: index_pb2.IVF
+    aux_schema: pa.Schema
+
+
+def _reader(store, uuid: str, name: str) -> LanceFileReader:
+    path = f"{layout.index_dir(uuid)}/{name}"
+    return LanceFileReader(store.open_input(path), path=path)
+
+
+def _load(store, index: table_pb2.IndexMetadata) -> _Segment:
+    uuid = index_uuid(index)
+    aux = _reader(store, uuid, ivf.AUXILIARY_NAME)
+    table, aux_metadata, aux_buffers = vector_remap._file(aux)
+    marker = _reader(store, uuid, ivf.INDEX_NAME)
+    _, index_metadata, index_buffers = vector_remap._file(marker)
+    part = index_pb2.IVF()
+    part.ParseFromString(aux_buffers[int(aux_metadata.get("lance:ivf", "1")) - 1])
+    model = index_pb2.IVF()
+    model.ParseFromString(index_buffers[int(index_metadata.get("lance:ivf", "1")) - 1])
+    tensor = model.centroids_tensor
+    centroids = np.frombuffer(tensor.data, "<f4").reshape(tuple(tensor.shape)).astype(np.float32)
+    lengths = np.asarray(part.lengths, np.int64)
+    column = table.schema.names[1]
+    values = table.column(column).combine_chunks()
+    width = values.type.list_size
+    flat = pc.list_flatten(values).to_numpy(zero_copy_only=False).reshape(-1, width)
+    if column == "__pq_code":
+        flat = vector_remap._untranspose(flat, lengths)
+    return _Segment(np.repeat(np.arange(lengths.size), lengths), table.column("_rowid").to_numpy(), flat,
+                    centroids, aux_metadata, aux_buffers, index_metadata, model, table.schema)
+
+
+def _codebooks(segment: _Segment, m: int) -> np.ndarray:
+    tensor = index_pb2.Tensor()
+    tensor.ParseFromString(segment.aux_buffers[1])
+    matrix = np.frombuffer(tensor.data, "<f4").reshape(tuple(tensor.shape))
+    k, dim = matrix.shape
+    return matrix.reshape(-1).reshape(m, k, dim // m).astype(np.float32)
+
+
+def _new_rows(current: LanceDataset, column: str, fragment_ids: Sequence[int], dim: int
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """(finite non-null vectors, their row ids) of ``fragment_ids``, in scan order."""
+    if not fragment_ids:
+        return np.zeros((0, dim), np.float32), np.zeros(0, np.uint64)
+    table = current.scanner(columns=[column], with_row_id=True,
+                            fragments=[current.get_fragment(i) for i in fragment_ids]).to_table()
+    values = table.column(column).combine_chunks()
+    valid = values.is_valid()
+    ids = table.column("_rowid").combine_chunks().filter(valid).to_numpy(zero_copy_only=False).astype(np.uint64)
+    values = values.filter(valid)
+    vectors = pc.list_flatten(values).to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
+    vectors = vectors.reshape(len(values), dim)
+    finite = np.isfinite(vectors).all(axis=1)
+    return vectors[finite], ids[finite]
+
+
+def _encode(segment: _Segment, details: index_pb2.VectorIndexDetails, metric: str, vectors: np.ndarray
+            ) -> tuple[np.ndarray, np.ndarray, float]:
+    """(partition, payload, loss) of new rows against the segment's centroids and codebook."""
+    if metric == "cosine":
+        vectors = ivf.normalize(vectors)
+    if not len(vectors):
+        width = details.pq.num_sub_vectors if details.WhichOneof("compression") == "pq" else vectors.shape[1]
+        dtype = np.uint8 if details.WhichOneof("compression") == "pq" else np.float32
+        return np.zeros(0, np.int64), np.zeros((0, width), dtype), 0.0
+    labels, dists = kmeans.assign(vectors, segment.centroids, "dot" if metric == "dot" else "l2")
+    loss = float(np.asarray(dists, np.float64).sum())
+    if details.WhichOneof("compression") != "pq":
+        return labels, vectors.astype(np.float32, copy=False), loss
+    m = details.pq.num_sub_vectors
+    codebooks = _codebooks(segment, m)
+    if not pq.use_residual(metric):
+        # pylance 14 encodes the rows it adds to a dot index by inner product (its build: by l2)
+        codes, _ = kmeans.assign_batched(pq._split(vectors, m), codebooks, "dot")
+        return labels, np.ascontiguousarray(codes.T, dtype=np.uint8), loss
+    return labels, pq.encode(vectors - segment.centroids[labels], codebooks), loss
+
+
+def _files(base: _Segment, labels: np.ndarray, ids: np.ndarray, payload: np.ndarray, loss: float
+           ) -> dict[str, IndexFileData]:
+    k = base.centroids.shape[0]
+    order = np.argsort(labels, kind="stable")
+    lengths = np.bincount(labels, minlength=k).astype(np.uint32)
+    offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.uint64)[:-1]]).astype(np.uint64)
+    column = base.aux_schema.field(1)
+    if column.name == "__pq_code":
+        data = pq.transpose_partitions(payload[order], lengths)
+    else:
+        data = payload[order]
+    values = pa.FixedSizeListArray.from_arrays(pa.array(data.reshape(-1), column.type.value_type),
+                                               column.type.list_size)
+    auxiliary = pa.Table.from_arrays([pa.array(np.asarray(ids, np.uint64)[order], pa.uint64()), values],
+                                     schema=base.aux_schema.remove_metadata())
+    aux_buffers = list(base.aux_buffers)
+    aux_buffers[int(base.aux_metadata.get("lance:ivf", "1")) - 1] = ivf._ivf(offsets, lengths)
+    model = index_pb2.IVF()
+    model.CopyFrom(base.index_message)
+    model.loss = loss
+    marker = pa.table({"__flat_marker": pa.array([], pa.uint64())},
+                      schema=pa.schema([pa.field("__flat_marker", pa.uint64(), nullable=False)]))
+    return {
+        ivf.AUXILIARY_NAME: IndexFileData(auxiliary, base.aux_metadata, aux_buffers),
+        ivf.INDEX_NAME: IndexFileData(marker, base.index_metadata, [model.SerializeToString()]),
+    }
+
+
+def _retrain(current: LanceDataset, column: str, field_id: int, segment: table_pb2.IndexMetadata,
+             details: index_pb2.VectorIndexDetails, name: str) -> table_pb2.IndexMetadata:
+    base = _load(current.store, segment)
+    hints = dict(details.runtime_hints)
+    is_pq = details.WhichOneof("compression") == "pq"
+    kind = "IVF_PQ" if is_pq else "IVF_FLAT"
+    # pylance 14 retrains with the default partition count for the rows now in the dataset
+    partitions = min(max(1, current.count_rows() // TARGET_PARTITION_SIZE[kind]), MAX_PARTITIONS)
+    params = ivf.VectorIndexParams(
+        kind, _metric(details), partitions,
+        details.pq.num_sub_vectors if is_pq else None, details.pq.num_bits if is_pq else pq.NUM_BITS,
+        int(hints.get("lance.ivf.sample_rate", ivf.SAMPLE_RATE)), int(hints.get("lance.ivf.max_iters", 50)))
+    return build_vector_index(current, column, field_id, base.centroids.shape[1], params, name)
+
+
+def _metric(details: index_pb2.VectorIndexDetails) -> str:
+    return {v: k for k, v in ivf.METRICS.items()}[details.metric_type]
+
+
+def optimize_vector_index(current: LanceDataset, name: str, column: str, field_id: int,
+                          segments: Sequence[table_pb2.IndexMetadata], missing: Sequence[int],
+                          num_indices_to_merge: int | None, retrain: bool
+                          ) -> tuple[table_pb2.IndexMetadata | None, list[table_pb2.IndexMetadata]]:
+    """(new segment or None, segments it replaces) for the IVF index ``name``."""
+    if not all(vector_remap.can_remap(s) for s in segments):
+        log.info("optimize_indices leaves index %r alone: not an IVF_FLAT/IVF_PQ index built as here", name)
+        return None, []
+    details = index_pb2.VectorIndexDetails()
+    details.ParseFromString(segments[0].index_details.value)
+    if retrain:
+        if not missing and len(segments) < 2:
+            return None, []
+        return _retrain(current, column, field_id, segments[0], details, name), list(segments)
+    n = num_indices_to_merge or 0
+    merge = list(segments[-n:]) if n else []
+    if not missing and len(merge) < 2:
+        return None, []
+    base = _load(current.store, segments[0])
+    vectors, ids = _new_rows(current, column, missing, base.centroids.shape[1])
+    labels, payload, loss = _encode(base, details, _metric(details), vectors)
+    parts = [(s.labels, s.ids, s.payload) for s in (_load(current.store, i) for i in merge)]
+    parts.append((labels, ids, payload))
+    files = _files(base, np.concatenate([p[0] for p in parts]).astype(np.int64),
+                   np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts]), loss)
+    live = {f.id for f in current._fragments}
+    covered = set(missing)
+    for segment in merge:
+        covered |= set(fragment_bitmap(segment)) & live
+    uuid = str(uuid_lib.uuid4())
+    written = [write_index_file(current.store, uuid, file_name, data, current.data_storage_version)
+               for file_name, data in files.items()]
+    index = table_pb2.IndexMetadata(
+        fields=[field_id], name=name,
+        dataset_version=min(s.dataset_version for s in merge) if merge else current.version,
+        fragment_bitmap=pyroaring.BitMap(sorted(covered)).serialize(),
+        index_version=segments[0].index_version, created_at=int(time.time() * 1000), files=written,
+    )
+    index.uuid.uuid = uuid_lib.UUID(uuid).bytes
+    index.index_details.CopyFrom(segments[0].index_details)
+    return index, merge
