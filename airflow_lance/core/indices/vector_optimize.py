@@ -8,8 +8,8 @@ for l2/cosine). Then, with ``num_indices_to_merge`` (pylance 14 observed):
 * ``None`` (default) or ``0``: a *delta* segment over only those rows: same centroids, codebook,
   details and metadata, ``dataset_version`` the version it was built on;
 * ``n > 0``: one segment with every row of the ``n`` newest segments (kept as they are, rows
-  deleted since included, partition by partition, oldest segment first) followed by the new
-  rows; ``dataset_version`` of the oldest merged segment; the merged ones are removed;
+  deleted since included, except on datasets with stable row ids; partition by partition,
+  oldest segment first) followed by the new rows; ``dataset_version`` of the oldest merged segment; the merged ones are removed;
 * ``retrain=True``: the index is rebuilt over every fragment (same metric, partitions, PQ
   shape), replacing every segment.
 
@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyroaring
 
-from airflow_lance.core import layout
+from airflow_lance.core import feature_flags, layout
 from airflow_lance.core._proto import index_pb2, table_pb2
 from airflow_lance.core.file import LanceFileReader
 from airflow_lance.core.indices import ivf, kmeans, pq, vector_remap
@@ -112,6 +112,15 @@ def _new_rows(current: LanceDataset, column: str, fragment_ids: Sequence[int], d
     vectors = vectors.reshape(len(values), dim)
     finite = np.isfinite(vectors).all(axis=1)
     return vectors[finite], ids[finite]
+
+
+def _row_ids(current: LanceDataset, fragment_ids: Sequence[int]) -> np.ndarray:
+    """Row ids of the live rows of ``fragment_ids``."""
+    if not fragment_ids:
+        return np.zeros(0, np.uint64)
+    table = current.scanner(columns=[], with_row_id=True,
+                            fragments=[current.get_fragment(i) for i in fragment_ids]).to_table()
+    return table.column("_rowid").to_numpy().astype(np.uint64, copy=False)
 
 
 def _encode(segment: _Segment, details: index_pb2.VectorIndexDetails, metric: str, vectors: np.ndarray
@@ -205,6 +214,13 @@ def optimize_vector_index(current: LanceDataset, name: str, column: str, field_i
     vectors, ids = _new_rows(current, column, missing, base.centroids.shape[1])
     labels, payload, loss = _encode(base, details, _metric(details), vectors)
     parts = [(s.labels, s.ids, s.payload) for s in (_load(current.store, i) for i in merge)]
+    if merge and current.manifest_file.manifest.reader_feature_flags & feature_flags.STABLE_ROW_IDS:
+        # pylance 14 drops the rows deleted since from merged segments on datasets with stable
+        # row ids (without them it keeps every row of a merged segment)
+        merged = sorted(set().union(*(fragment_bitmap(s) for s in merge)) & {f.id for f in current._fragments})
+        live = _row_ids(current, merged)
+        parts = [(lab[keep], rid[keep], pay[keep]) for lab, rid, pay in parts
+                 for keep in [np.isin(rid, live)]]
     parts.append((labels, ids, payload))
     files = _files(base, np.concatenate([p[0] for p in parts]).astype(np.int64),
                    np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts]), loss)
