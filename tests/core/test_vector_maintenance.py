@@ -210,7 +210,8 @@ def test_retrain_rebuilds_the_vector_index(tmp_path):
     uri = str(tmp_path / "d")
     _indexed(uri, "IVF_FLAT", "l2", False, "pylance", partitions=2, rows=2000)
     lance.dataset(uri).insert(_table(2000, 2300))
-    lance.dataset(uri).optimize_indices(num_indices_to_merge=0)
+    lance.dataset(uri).optimize.optimize_indices(num_indices_to_merge=0)
+    assert len(_segments(uri)) == 2
     lance.dataset(uri).insert(_table(2300, 2500))
     lance.dataset(uri).optimize_indices(retrain=True)
     [segment] = _segments(uri)
