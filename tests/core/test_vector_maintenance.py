@@ -22,6 +22,7 @@ import pytest
 
 import airflow_lance.core as lance
 from airflow_lance.core._proto import index_pb2
+from airflow_lance.core.file import LanceFileReader
 from airflow_lance.core.indices import vector_remap
 from airflow_lance.core.indices.metadata import fragment_bitmap, index_uuid, user_indices
 from airflow_lance.core.indices.vector_optimize import _load
@@ -194,7 +195,6 @@ def test_optimize_indices_folds_new_rows_in_as_pylance(tmp_path, kind, metric, b
     for message, uri in zip(loss, (ours, theirs)):
         index = user_indices(lance.dataset(uri).manifest_file)[-1]
         reader = lance.dataset(uri).store.open_input(f"_indices/{index_uuid(index)}/index.idx")
-        from airflow_lance.core.file import LanceFileReader
         message.ParseFromString(LanceFileReader(reader, path="index.idx").global_buffer(1))
     assert loss[0].loss == pytest.approx(loss[1].loss, rel=1e-5)  # the new rows' assignment loss
     # nothing left to fold in: no new version; then pylance optimizes over ours

@@ -9,9 +9,10 @@ for l2/cosine). Then, with ``num_indices_to_merge`` (pylance 14 observed):
   details and metadata, ``dataset_version`` the version it was built on;
 * ``n > 0``: one segment with every row of the ``n`` newest segments (kept as they are, rows
   deleted since included, except on datasets with stable row ids; partition by partition,
-  oldest segment first) followed by the new rows; ``dataset_version`` of the oldest merged segment; the merged ones are removed;
-* ``retrain=True``: the index is rebuilt over every fragment (same metric, partitions, PQ
-  shape), replacing every segment.
+  oldest segment first) followed by the new rows; ``dataset_version`` of the oldest merged
+  segment; the merged ones are removed;
+* ``retrain=True``: the index is rebuilt over every fragment (same metric and PQ shape, the
+  default partition count for the rows now there), replacing every segment.
 
 The ``index.idx`` loss is the new rows' assignment loss. pylance 14 also joins IVF partitions
 that became small (observed on IVF_FLAT partitions of a few hundred rows, default
