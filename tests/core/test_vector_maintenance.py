@@ -23,7 +23,7 @@ import pytest
 import airflow_lance.core as lance
 from airflow_lance.core._proto import index_pb2
 from airflow_lance.core.file import LanceFileReader
-from airflow_lance.core.indices import vector_remap
+from airflow_lance.core.indices import ivf, vector_remap
 from airflow_lance.core.indices.metadata import fragment_bitmap, index_uuid, user_indices
 from airflow_lance.core.indices.vector_optimize import _load
 
@@ -57,6 +57,8 @@ def _segments(uri: str) -> list[tuple]:
     ds = lance.dataset(uri)
     out = []
     for index in user_indices(ds.manifest_file):
+        if index.index_details.type_url != ivf.TYPE_URL:
+            continue
         s = _load(ds.store, index)
         out.append((index.name, index.dataset_version, sorted(fragment_bitmap(index)), index.index_version,
                     index.index_details.value, s.labels.tolist(), s.ids.tolist(), s.payload.tobytes(),
@@ -266,3 +268,33 @@ def test_vector_indices_we_cannot_maintain_are_left_alone(tmp_path):
     assert after["uuid"] == index_uuid(index) and sorted(after["fragment_ids"]) == [0, 1, 2, 3]
     got = pylance.dataset(uri).to_table(nearest={"column": "vec", "q": VECTORS[4], "k": K, "nprobes": 2})
     assert pc.min(got["id"]).as_py() >= 0 and got.num_rows == K
+
+
+@pytest.mark.parametrize("stable", [False, True])
+def test_compaction_with_scalar_and_several_vector_indices(tmp_path, stable):
+    """Our IVF_PQ with a delta segment, pylance's IVF_FLAT and a BTREE on one dataset: our
+    compaction leaves every index as pylance's own compaction does."""
+    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
+    _indexed(ours, "IVF_PQ", "l2", stable, "ours", partitions=2, rows=2400)
+    lance.dataset(ours).create_scalar_index("id", "BTREE")
+    pylance.dataset(ours).create_index("vec", "IVF_FLAT", name="flat", num_partitions=3)
+    lance.dataset(ours).insert(_table(2400, 2600))
+    lance.dataset(ours).optimize_indices(index_names=["vec_idx"])
+    lance.dataset(ours).delete("id % 5 = 1")
+    shutil.copytree(ours, theirs)
+    metrics = lance.dataset(ours).optimize.compact_files(target_rows_per_fragment=100_000)
+    pylance.dataset(theirs).optimize.compact_files(target_rows_per_fragment=100_000)
+    assert (metrics.fragments_removed, metrics.fragments_added, metrics.fragments_skipped_indexed) == (5, 2, 0)
+
+    def shape(uri: str) -> list:
+        return sorted((i["name"], sorted(i["fragment_ids"])) for i in pylance.dataset(uri).list_indices())
+
+    def key(segment: tuple) -> tuple:
+        return segment[0], segment[2]
+
+    assert shape(ours) == shape(theirs) and len(shape(ours)) == 4
+    assert sorted(_segments(ours), key=key) == sorted(_segments(theirs), key=key)
+    for q in _vectors(5, seed=9):
+        assert _knn(ours, q, "l2", 3).tolist() == _knn(theirs, q, "l2", 3).tolist()
+    assert "ScalarIndexQuery" in pylance.dataset(ours).scanner(filter="id = 2500").explain_plan()
+    assert pylance.dataset(ours).to_table(filter="id = 2500").num_rows == 1
