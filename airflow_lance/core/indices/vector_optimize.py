@@ -5,8 +5,15 @@ the index holds them) are assigned to the existing IVF centroids (the first segm
 normalized, l2 assignment, as at build) and, for IVF_PQ, encoded with its codebook (residuals
 for l2/cosine). Then, with ``num_indices_to_merge`` (pylance 14 observed):
 
-* ``None`` (default) or ``0``: a *delta* segment over only those rows: same centroids, codebook,
-  details and metadata, ``dataset_version`` the version it was built on;
+* ``0``: a *delta* segment over only those rows: same centroids, codebook, details and
+  metadata, ``dataset_version`` the version it was built on;
+* ``None`` (default): the same delta, unless some partition holds fewer than 25% of the target
+  partition size (IVF_FLAT 4096, IVF_PQ 8192) counting every segment's stored rows (deleted ones
+  included) and the added rows: then those partitions are *joined* (at least the largest one
+  stays): their centroids are dropped and their live rows (stored ones, then the added ones,
+  partition by partition in index order) go to the nearest of the 64 remaining centroids
+  nearest their own (PQ: encoded anew), after the remaining partitions' rows; every segment is
+  merged into one (``dataset_version`` of the oldest);
 * ``n > 0``: one segment with every row of the ``n`` newest segments (kept as they are, rows
   deleted since included, except on datasets with stable row ids; partition by partition,
   oldest segment first) followed by the new rows; ``dataset_version`` of the oldest merged
@@ -14,14 +21,14 @@ for l2/cosine). Then, with ``num_indices_to_merge`` (pylance 14 observed):
 * ``retrain=True``: the index is rebuilt over every fragment (same metric and PQ shape, the
   default partition count for the rows now there), replacing every segment.
 
-The ``index.idx`` loss is the new rows' assignment loss. pylance 14 also joins IVF partitions
-that became small (observed on IVF_FLAT partitions of a few hundred rows, default
-``num_indices_to_merge``) into fewer partitions; that is not done here: small indices get a delta.
+The ``index.idx`` loss is the new rows' assignment loss. Not done: pylance's split of a
+partition grown past 4x the target size (the rows are added to it).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import time
 import uuid as uuid_lib
@@ -146,9 +153,9 @@ def _encode(segment: _Segment, details: index_pb2.VectorIndexDetails, metric: st
     return labels, pq.encode(vectors - segment.centroids[labels], codebooks), loss
 
 
-def _files(base: _Segment, labels: np.ndarray, ids: np.ndarray, payload: np.ndarray, loss: float
-           ) -> dict[str, IndexFileData]:
-    k = base.centroids.shape[0]
+def _files(base: _Segment, labels: np.ndarray, ids: np.ndarray, payload: np.ndarray, loss: float,
+           centroids: np.ndarray | None = None) -> dict[str, IndexFileData]:
+    k = (base.centroids if centroids is None else centroids).shape[0]
     order = np.argsort(labels, kind="stable")
     lengths = np.bincount(labels, minlength=k).astype(np.uint32)
     offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.uint64)[:-1]]).astype(np.uint64)
@@ -166,11 +173,19 @@ def _files(base: _Segment, labels: np.ndarray, ids: np.ndarray, payload: np.ndar
     model = index_pb2.IVF()
     model.CopyFrom(base.index_message)
     model.loss = loss
+    index_metadata = base.index_metadata
+    if centroids is not None:  # partitions joined: fewer centroids
+        model.centroids_tensor.CopyFrom(ivf._tensor(centroids))
+        del model.offsets[:]
+        del model.lengths[:]
+        model.offsets.extend([0] * k)
+        model.lengths.extend([0] * k)
+        index_metadata = {**index_metadata, "lance:flat": json.dumps([""] * k, separators=(",", ":"))}
     marker = pa.table({"__flat_marker": pa.array([], pa.uint64())},
                       schema=pa.schema([pa.field("__flat_marker", pa.uint64(), nullable=False)]))
     return {
         ivf.AUXILIARY_NAME: IndexFileData(auxiliary, base.aux_metadata, aux_buffers),
-        ivf.INDEX_NAME: IndexFileData(marker, base.index_metadata, [model.SerializeToString()]),
+        ivf.INDEX_NAME: IndexFileData(marker, index_metadata, [model.SerializeToString()]),
     }
 
 
@@ -191,6 +206,79 @@ def _retrain(current: LanceDataset, column: str, field_id: int, segment: table_p
 
 def _metric(details: index_pb2.VectorIndexDetails) -> str:
     return {v: k for k, v in ivf.METRICS.items()}[details.metric_type]
+
+
+#: pylance 14 joins a partition holding fewer rows than this percentage of the target partition size.
+MIN_PARTITION_SIZE_PERCENT = 25
+#: A joined partition's rows go to the nearest of this many centroids nearest to its own.
+REASSIGN_RANGE = 64
+
+
+def _small_partitions(loaded: Sequence[_Segment], new_labels: np.ndarray,
+                      details: index_pb2.VectorIndexDetails) -> np.ndarray | None:
+    """Mask of the partitions pylance 14 joins (stored rows of every segment, deleted ones
+    included, plus the rows added, below a quarter of the target size; at least the largest
+    partition stays), or None."""
+    k = loaded[0].centroids.shape[0]
+    if k <= 1:
+        return None
+    counts = np.bincount(new_labels, minlength=k)
+    for segment in loaded:
+        counts = counts + np.bincount(segment.labels, minlength=k)
+    kind = "IVF_PQ" if details.WhichOneof("compression") == "pq" else "IVF_FLAT"
+    joined = counts < MIN_PARTITION_SIZE_PERCENT * TARGET_PARTITION_SIZE[kind] // 100
+    if not joined.any():
+        return None
+    if joined.all():
+        joined[int(np.argmax(counts))] = False
+    return joined
+
+
+def _join(current: LanceDataset, column: str, segments: Sequence[table_pb2.IndexMetadata], base: _Segment,
+          details: index_pb2.VectorIndexDetails, parts: list, new_vectors: np.ndarray, joined: np.ndarray
+          ) -> tuple[list, np.ndarray]:
+    """Drop the joined partitions' centroids; their live rows (stored ones first, then the added
+    ones, partition by partition) go to the nearest remaining centroid, as pylance 14 does."""
+    metric = _metric(details)
+    keep = np.flatnonzero(~joined)
+    relabel = np.full(joined.size, -1, np.int64)
+    relabel[keep] = np.arange(keep.size)
+    centroids = base.centroids[keep]
+    live_fragments = sorted(set().union(*(fragment_bitmap(s) for s in segments)) & {f.id for f in current._fragments})
+    all_vectors, all_ids = _new_rows(current, column, live_fragments, base.centroids.shape[1])
+    order = np.argsort(all_ids)
+    all_ids, all_vectors = all_ids[order], all_vectors[order]
+    stored, added = parts[:-1], parts[-1]
+    out = [(relabel[lab[~joined[lab]]], rid[~joined[lab]], pay[~joined[lab]]) for lab, rid, pay in stored]
+    lab, rid, pay = added
+    out.append((relabel[lab[~joined[lab]]], rid[~joined[lab]], pay[~joined[lab]]))
+    is_pq = details.WhichOneof("compression") == "pq"
+    for partition in np.flatnonzero(joined).tolist():
+        moved_ids = np.concatenate([p[1][p[0] == partition] for p in stored] or [np.zeros(0, np.uint64)])
+        pos = np.minimum(np.searchsorted(all_ids, moved_ids), max(all_ids.size - 1, 0))
+        found = all_ids[pos] == moved_ids if all_ids.size else np.zeros(moved_ids.size, bool)
+        ids = np.concatenate([moved_ids[found], added[1][added[0] == partition]])
+        vectors = np.concatenate([all_vectors[pos[found]], new_vectors[added[0] == partition]])
+        if metric == "cosine":
+            vectors = ivf.normalize(vectors)
+        if not len(ids):
+            continue
+        train_metric = "dot" if metric == "dot" else "l2"
+        dists = ((centroids - base.centroids[partition]) ** 2).sum(1) if train_metric == "l2" else \
+            -(centroids @ base.centroids[partition])
+        candidates = np.argsort(dists, kind="stable")[:REASSIGN_RANGE]
+        local, _ = kmeans.assign(vectors, centroids[candidates], train_metric)
+        labels = candidates[local]
+        if not is_pq:
+            payload = vectors.astype(np.float32, copy=False)
+        elif pq.use_residual(metric):
+            payload = pq.encode(vectors - centroids[labels], _codebooks(base, details.pq.num_sub_vectors))
+        else:
+            codes, _ = kmeans.assign_batched(pq._split(vectors, details.pq.num_sub_vectors),
+                                             _codebooks(base, details.pq.num_sub_vectors), "dot")
+            payload = np.ascontiguousarray(codes.T, dtype=np.uint8)
+        out.append((labels, ids, payload))
+    return out, centroids
 
 
 def optimize_vector_index(current: LanceDataset, name: str, column: str, field_id: int,
@@ -214,6 +302,12 @@ def optimize_vector_index(current: LanceDataset, name: str, column: str, field_i
     base = _load(current.store, segments[0])
     vectors, ids = _new_rows(current, column, missing, base.centroids.shape[1])
     labels, payload, loss = _encode(base, details, _metric(details), vectors)
+    centroids, joined = None, None
+    if num_indices_to_merge is None and missing:
+        loaded = [_load(current.store, i) for i in segments]
+        joined = _small_partitions(loaded, labels, details)
+        if joined is not None:
+            merge = list(segments)
     parts = [(s.labels, s.ids, s.payload) for s in (_load(current.store, i) for i in merge)]
     if merge and current.manifest_file.manifest.reader_feature_flags & feature_flags.STABLE_ROW_IDS:
         # pylance 14 drops the rows deleted since from merged segments on datasets with stable
@@ -223,8 +317,10 @@ def optimize_vector_index(current: LanceDataset, name: str, column: str, field_i
         parts = [(lab[keep], rid[keep], pay[keep]) for lab, rid, pay in parts
                  for keep in [np.isin(rid, live)]]
     parts.append((labels, ids, payload))
+    if joined is not None:
+        parts, centroids = _join(current, column, segments, base, details, parts, vectors, joined)
     files = _files(base, np.concatenate([p[0] for p in parts]).astype(np.int64),
-                   np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts]), loss)
+                   np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts]), loss, centroids)
     live = {f.id for f in current._fragments}
     covered = set(missing)
     for segment in merge:
