@@ -299,16 +299,22 @@ def optimize_vector_index(current: LanceDataset, name: str, column: str, field_i
     merge = list(segments[-n:]) if n else []
     if not missing and len(merge) < 2:
         return None, []
-    base = _load(current.store, segments[0])
+    cache: dict[int, _Segment] = {}
+
+    def load(position: int) -> _Segment:  # each segment's files are read once
+        if position not in cache:
+            cache[position] = _load(current.store, segments[position])
+        return cache[position]
+
+    base = load(0)
     vectors, ids = _new_rows(current, column, missing, base.centroids.shape[1])
     labels, payload, loss = _encode(base, details, _metric(details), vectors)
     centroids, joined = None, None
     if num_indices_to_merge is None and missing:
-        loaded = [_load(current.store, i) for i in segments]
-        joined = _small_partitions(loaded, labels, details)
+        joined = _small_partitions([load(i) for i in range(len(segments))], labels, details)
         if joined is not None:
             merge = list(segments)
-    parts = [(s.labels, s.ids, s.payload) for s in (_load(current.store, i) for i in merge)]
+    parts = [(s.labels, s.ids, s.payload) for s in map(load, range(len(segments) - len(merge), len(segments)))]
     if merge and current.manifest_file.manifest.reader_feature_flags & feature_flags.STABLE_ROW_IDS:
         # pylance 14 drops the rows deleted since from merged segments on datasets with stable
         # row ids (without them it keeps every row of a merged segment)
