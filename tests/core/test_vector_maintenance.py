@@ -304,3 +304,27 @@ def test_compaction_with_scalar_and_several_vector_indices(tmp_path, stable):
         assert _knn(ours, q, "l2", 3).tolist() == _knn(theirs, q, "l2", 3).tolist()
     assert "ScalarIndexQuery" in pylance.dataset(ours).scanner(filter="id = 2500").explain_plan()
     assert pylance.dataset(ours).to_table(filter="id = 2500").num_rows == 1
+
+
+def test_float16_vector_index_compacts_but_is_not_optimized(tmp_path):
+    """pylance's IVF_FLAT on float16 vectors: our compaction remaps it (the stored vectors are
+    copied), optimize_indices leaves it alone (float32 only) and commits nothing."""
+    uri = str(tmp_path / "d")
+    half = VECTORS[:1200].astype(np.float16)
+    table = pa.table({"id": np.arange(1200), "vec": pa.FixedSizeListArray.from_arrays(pa.array(half.reshape(-1)), DIM)})
+    pylance.write_dataset(table.slice(0, 1000), uri, max_rows_per_file=250)
+    pylance.dataset(uri).create_index("vec", "IVF_FLAT", num_partitions=2)
+    pylance.write_dataset(table.slice(1000), uri, mode="append")
+    version = lance.dataset(uri).version
+    lance.dataset(uri).optimize_indices()
+    assert lance.dataset(uri).version == version
+    lance.dataset(uri).delete("id % 3 = 0")
+    metrics = lance.dataset(uri).optimize.compact_files(target_rows_per_fragment=100_000)
+    assert metrics.fragments_skipped_indexed == 0
+    [index] = pylance.dataset(uri).list_indices()
+    assert len(index["fragment_ids"]) == 1
+    live = _live(uri)
+    got = pylance.dataset(uri).to_table(nearest={"column": "vec", "q": VECTORS[4], "k": K, "nprobes": 2},
+                                        columns=["id"])["id"].to_numpy()
+    x = half[live].astype(np.float64)
+    assert got.tolist() == live[np.argsort(((x - half[4].astype(np.float64)) ** 2).sum(1), kind="stable")[:K]].tolist()

@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING
 
 from airflow_lance.core._proto import table_pb2
 from airflow_lance.core.errors import IndexNotFoundError, InvalidInputError
-from airflow_lance.core.indices import ivf, vector_remap
+from airflow_lance.core.indices import ivf
 from airflow_lance.core.indices.create import TYPE_URLS, build_index
 from airflow_lance.core.indices.metadata import fragment_bitmap, user_indices
-from airflow_lance.core.indices.vector_optimize import optimize_vector_index
+from airflow_lance.core.indices.vector_optimize import can_optimize, optimize_vector_index
 from airflow_lance.core.transaction import LanceOperation
 
 if TYPE_CHECKING:
@@ -133,8 +133,12 @@ def _plan_is_noop(dataset: LanceDataset, num_indices_to_merge: int | None, index
                   retrain: bool) -> bool:
     for name, segments in _segments(dataset, index_names).items():
         vector = segments[0].index_details.type_url == ivf.TYPE_URL
-        if not (vector and all(vector_remap.can_remap(s) for s in segments)) and \
-                segments[0].index_details.type_url not in _TYPES:
+        if vector:
+            names = {f.id: f.name for f in dataset.lance_schema.top_level()}
+            if len(segments[0].fields) != 1 or segments[0].fields[0] not in names or \
+                    not can_optimize(dataset, names[segments[0].fields[0]], segments):
+                continue
+        elif segments[0].index_details.type_url not in _TYPES:
             continue
         if num_indices_to_merge is None:  # pylance: scalar indices merge one, vector ones add a delta
             count = 0 if vector else 1

@@ -74,10 +74,11 @@ def _reader(store, uuid: str, name: str) -> LanceFileReader:
     return LanceFileReader(store.open_input(path), path=path)
 
 
-def _load(store, index: table_pb2.IndexMetadata) -> _Segment:
+def _load(store, index: table_pb2.IndexMetadata, rows: bool = True) -> _Segment:
+    """A segment; without ``rows`` only its partitions' lengths (``labels``), ``ids``/``payload`` empty."""
     uuid = index_uuid(index)
     aux = _reader(store, uuid, ivf.AUXILIARY_NAME)
-    table, aux_metadata, aux_buffers = vector_remap._file(aux)
+    table, aux_metadata, aux_buffers = vector_remap._file(aux, rows)
     marker = _reader(store, uuid, ivf.INDEX_NAME)
     _, index_metadata, index_buffers = vector_remap._file(marker)
     part = index_pb2.IVF()
@@ -91,7 +92,7 @@ def _load(store, index: table_pb2.IndexMetadata) -> _Segment:
     values = table.column(column).combine_chunks()
     width = values.type.list_size
     flat = pc.list_flatten(values).to_numpy(zero_copy_only=False).reshape(-1, width)
-    if column == "__pq_code":
+    if column == "__pq_code" and rows:
         flat = vector_remap._untranspose(flat, lengths)
     return _Segment(np.repeat(np.arange(lengths.size), lengths), table.column("_rowid").to_numpy(), flat,
                     centroids, aux_metadata, aux_buffers, index_metadata, model, table.schema)
@@ -191,7 +192,7 @@ def _files(base: _Segment, labels: np.ndarray, ids: np.ndarray, payload: np.ndar
 
 def _retrain(current: LanceDataset, column: str, field_id: int, segment: table_pb2.IndexMetadata,
              details: index_pb2.VectorIndexDetails, name: str) -> table_pb2.IndexMetadata:
-    base = _load(current.store, segment)
+    base = _load(current.store, segment, rows=False)
     hints = dict(details.runtime_hints)
     is_pq = details.WhichOneof("compression") == "pq"
     kind = "IVF_PQ" if is_pq else "IVF_FLAT"
@@ -281,13 +282,20 @@ def _join(current: LanceDataset, column: str, segments: Sequence[table_pb2.Index
     return out, centroids
 
 
+def can_optimize(current: LanceDataset, column: str, segments: Sequence[table_pb2.IndexMetadata]) -> bool:
+    """IVF_FLAT/IVF_PQ segments in the layout read here, on a float32 vector column."""
+    dtype = current.schema.field(column).type if column in current.schema.names else None
+    return (dtype is not None and pa.types.is_fixed_size_list(dtype) and pa.types.is_float32(dtype.value_type)
+            and all(vector_remap.can_remap(s) for s in segments))
+
+
 def optimize_vector_index(current: LanceDataset, name: str, column: str, field_id: int,
                           segments: Sequence[table_pb2.IndexMetadata], missing: Sequence[int],
                           num_indices_to_merge: int | None, retrain: bool
                           ) -> tuple[table_pb2.IndexMetadata | None, list[table_pb2.IndexMetadata]]:
     """(new segment or None, segments it replaces) for the IVF index ``name``."""
-    if not all(vector_remap.can_remap(s) for s in segments):
-        log.info("optimize_indices leaves index %r alone: not an IVF_FLAT/IVF_PQ index built as here", name)
+    if not can_optimize(current, column, segments):
+        log.info("optimize_indices leaves index %r alone: not an IVF_FLAT/IVF_PQ index on float32 vectors", name)
         return None, []
     details = index_pb2.VectorIndexDetails()
     details.ParseFromString(segments[0].index_details.value)
@@ -299,19 +307,19 @@ def optimize_vector_index(current: LanceDataset, name: str, column: str, field_i
     merge = list(segments[-n:]) if n else []
     if not missing and len(merge) < 2:
         return None, []
-    cache: dict[int, _Segment] = {}
+    cache: dict[tuple[int, bool], _Segment] = {}
 
-    def load(position: int) -> _Segment:  # each segment's files are read once
-        if position not in cache:
-            cache[position] = _load(current.store, segments[position])
-        return cache[position]
+    def load(position: int, rows: bool = True) -> _Segment:  # each segment's files are read once
+        if (position, rows) not in cache:
+            cache[(position, rows)] = _load(current.store, segments[position], rows)
+        return cache[(position, rows)]
 
-    base = load(0)
+    base = load(0, rows=False)  # centroids, codebook, metadata
     vectors, ids = _new_rows(current, column, missing, base.centroids.shape[1])
     labels, payload, loss = _encode(base, details, _metric(details), vectors)
     centroids, joined = None, None
     if num_indices_to_merge is None and missing:
-        joined = _small_partitions([load(i) for i in range(len(segments))], labels, details)
+        joined = _small_partitions([load(i, rows=False) for i in range(len(segments))], labels, details)
         if joined is not None:
             merge = list(segments)
     parts = [(s.labels, s.ids, s.payload) for s in map(load, range(len(segments) - len(merge), len(segments)))]

@@ -61,12 +61,15 @@ def _reader(store: ObjectStore, uuid: str, name: str) -> LanceFileReader:
     return LanceFileReader(store.open_input(path), path=path)
 
 
-def _file(reader: LanceFileReader) -> tuple[pa.Table, dict[str, str], list[bytes]]:
-    """(rows, schema metadata, global buffers 1..) of an index file."""
+def _file(reader: LanceFileReader, rows: bool = True) -> tuple[pa.Table, dict[str, str], list[bytes]]:
+    """(rows (none unless ``rows``), schema metadata, global buffers 1..) of an index file."""
     metadata = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
                 for k, v in (reader.schema.metadata or {}).items()}
     buffers = [reader.global_buffer(i) for i in range(1, reader._footer.num_global_buffers)]
-    return reader.read(), metadata, buffers
+    schema = reader.schema.to_arrow() if hasattr(reader.schema, "to_arrow") else None
+    if rows or schema is None:
+        return reader.read(), metadata, buffers
+    return schema.empty_table(), metadata, buffers
 
 
 def _untranspose(codes: np.ndarray, lengths: np.ndarray) -> np.ndarray:
