@@ -36,7 +36,8 @@ from airflow_lance.core.write import DEFAULT_STORAGE_VERSION as DEFAULT_DATA_STO
 
 WRITER_LIBRARY = layout.WRITER_LIBRARY
 #: Index types holding stable row ids (not addresses) on datasets with stable row ids (pylance 14).
-_ROW_ID_TYPES = ("/lance.table.BitmapIndexDetails", "/lance.table.LabelListIndexDetails")
+_ROW_ID_TYPES = ("/lance.table.BitmapIndexDetails", "/lance.table.LabelListIndexDetails",
+                 "/lance.index.pb.VectorIndexDetails")
 
 
 @dataclasses.dataclass
@@ -334,7 +335,7 @@ def _apply_rewrite(op: LanceOperation.Rewrite, base: ManifestFile | None, ctx: A
             inside = old_ids <= set(bitmap)
             result -= pyroaring.BitMap(old_ids)
             # The index still covers the rows only if it was remapped, or (stable row ids) if it
-            # holds row ids: pylance 14's BITMAP and LABEL_LIST there; its BTREE holds row
+            # holds row ids: pylance 14's BITMAP, LABEL_LIST and IVF indices there; its BTREE holds row
             # addresses (fragment << 32 | offset) also there and is remapped on compaction.
             if inside and (remap is not None or (stable and index.index_details.type_url in _ROW_ID_TYPES)):
                 result |= pyroaring.BitMap(new_ids)

@@ -515,6 +515,7 @@ class LanceOptimizeIndicesOperator(_LanceMaintenanceOperator):
     Scalar indices (BTREE, BITMAP, LABEL_LIST) get a delta segment over the unindexed fragments
     (``num_indices_to_merge=0``) or the ``num_indices_to_merge`` newest segments and the
     unindexed fragments merged into one (default 1, as pylance 14; ``retrain``: all segments);
+    IVF_FLAT/IVF_PQ indices get a delta by default (pylance 14's vector rule);
     one ``CreateIndex`` version. Runs only when some index leaves more than
     ``min_unindexed_rows`` live rows unindexed (or with ``retrain``); otherwise it commits
     nothing and returns ``optimized`` false (the task is not skipped, so what follows it runs).
@@ -522,7 +523,7 @@ class LanceOptimizeIndicesOperator(_LanceMaintenanceOperator):
     :param uri: the dataset (URI, local path, ``lance+`` asset URI or name below the
         connection's root). (templated)
     :param index_names: the indices to optimize (default: all). (templated)
-    :param num_indices_to_merge: pylance's ``num_indices_to_merge`` (None: 1). (templated)
+    :param num_indices_to_merge: pylance's ``num_indices_to_merge`` (None: 1, vector indices 0). (templated)
     :param retrain: merge every segment of each index into one. (templated)
     :param min_unindexed_rows: optimize only when an index misses more rows than this. (templated)
     :param lance_conn_id: the ``lance`` connection.

@@ -101,7 +101,8 @@ def lance_maintenance_task_group(
         ``conf``, ``spark_binary``, ``spark_submit_kwargs``).
     :param min_unindexed_rows: add the ``optimize_indices`` step, optimizing when an index misses
         more than this many rows (None: no index step). (templated)
-    :param num_indices_to_merge: pylance's ``num_indices_to_merge`` of that step (None: 1). (templated)
+    :param num_indices_to_merge: pylance's ``num_indices_to_merge`` of that step (None: 1, vector indices 0).
+        (templated)
     """
     with TaskGroup(group_id=group_id, tooltip=tooltip) as group:
         stats = LanceDatasetStatsOperator(

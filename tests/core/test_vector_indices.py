@@ -254,7 +254,7 @@ def test_replace_drop_and_compaction(uri):
     assert index["uuid"] != first and index["type"] == "IVF_PQ"
     assert [str(__import__("uuid").UUID(bytes=i.uuid.uuid)) for i in ds.read_transaction().operation.removed_indices] \
         == [first]
-    # our compaction leaves the fragments our vector index covers alone; pylance keeps using it
+    # our compaction merges the two small appended fragments only (the indexed one needs none); pylance keeps the index
     lance.dataset(uri).insert(_table(_vectors(50, dim=16, seed=3), start=3000))
     lance.dataset(uri).insert(_table(_vectors(50, dim=16, seed=4), start=3050))
     covered = set(index["fragment_ids"])

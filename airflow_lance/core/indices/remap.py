@@ -10,8 +10,9 @@ rewritten fragments' ids in its fragment bitmap with the new ones (name, fields,
 ``dataset_version`` and ``created_at`` are kept).
 
 On datasets with stable row ids pylance 14 remaps only BTREE (its ``ids`` are row addresses
-there too, ``index_version`` 1); BITMAP and LABEL_LIST hold stable row ids, which compaction
-keeps, so they keep their uuid and only their fragment bitmap moves to the new fragments.
+there too, ``index_version`` 1); BITMAP, LABEL_LIST and IVF_FLAT/IVF_PQ hold stable row ids,
+which compaction keeps, so they keep their uuid and only their fragment bitmap moves to the new
+fragments. Vector indices are remapped by :mod:`.vector_remap`.
 
 Row addresses map by position: the live rows of a group's old fragments, in order, are the rows
 of its new fragments, in order. The mapping is two sorted uint64 arrays and is applied with
@@ -35,7 +36,7 @@ from airflow_lance.core.deletion import keep_mask, read_deletion_vector
 from airflow_lance.core.errors import CorruptFileError
 from airflow_lance.core.file import LanceFileReader
 from airflow_lance.core.fragment import FragmentMetadata
-from airflow_lance.core.indices import bitmap, btree, label_list
+from airflow_lance.core.indices import bitmap, btree, ivf, label_list, vector_remap
 from airflow_lance.core.indices.files import IndexFileData, write_index_file
 from airflow_lance.core.indices.metadata import index_uuid
 from airflow_lance.core.storage import ObjectStore
@@ -43,11 +44,13 @@ from airflow_lance.core.storage import ObjectStore
 #: Index types whose files this module can remap (``index_details`` type URL).
 REMAPPABLE = (btree.TYPE_URL, bitmap.TYPE_URL, label_list.TYPE_URL)
 #: Index types that hold stable row ids (not addresses) on datasets with stable row ids.
-ROW_ID_TYPES = (bitmap.TYPE_URL, label_list.TYPE_URL)
+ROW_ID_TYPES = (bitmap.TYPE_URL, label_list.TYPE_URL, ivf.TYPE_URL)
 
 
 def can_remap(index: table_pb2.IndexMetadata) -> bool:
-    return index.index_details.type_url in REMAPPABLE and bool(index.fragment_bitmap)
+    if not index.fragment_bitmap:
+        return False
+    return index.index_details.type_url in REMAPPABLE or vector_remap.can_remap(index)
 
 
 def needs_remap(index: table_pb2.IndexMetadata, stable_row_ids: bool) -> bool:
@@ -141,6 +144,8 @@ def remap_files(store: ObjectStore, index: table_pb2.IndexMetadata, mapping: Add
                 ) -> dict[str, IndexFileData]:
     """The files of ``index`` with its row addresses remapped."""
     uuid, kind = index_uuid(index), index.index_details.type_url
+    if kind == ivf.TYPE_URL:
+        return vector_remap.remap_files(store, index, mapping)
     if kind == btree.TYPE_URL:
         lookup = _read(store, uuid, btree.LOOKUP_NAME)
         batch_size = int(dict(lookup.schema.metadata).get("batch_size", btree.BATCH_SIZE))

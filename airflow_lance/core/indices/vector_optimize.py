@@ -1,0 +1,353 @@
+"""``optimize_indices`` for IVF_FLAT and IVF_PQ indices, as pylance 14 does it.
+
+The rows of the fragments no segment of the index covers (finite, non-null vectors; row ids as
+the index holds them) are assigned to the existing IVF centroids (the first segment's; cosine:
+normalized, l2 assignment, as at build) and, for IVF_PQ, encoded with its codebook (residuals
+for l2/cosine). Then, with ``num_indices_to_merge`` (pylance 14 observed):
+
+* ``0``: a *delta* segment over only those rows: same centroids, codebook, details and
+  metadata, ``dataset_version`` the version it was built on;
+* ``None`` (default): the same delta, unless some partition holds fewer than 25% of the target
+  partition size (IVF_FLAT 4096, IVF_PQ 8192) counting every segment's stored rows (deleted ones
+  included) and the added rows: then those partitions are *joined* (at least the largest one
+  stays): their centroids are dropped and their live rows (stored ones, then the added ones,
+  partition by partition in index order) go to the nearest of the 64 remaining centroids
+  nearest their own (PQ: encoded anew), after the remaining partitions' rows; every segment is
+  merged into one (``dataset_version`` of the oldest);
+* ``n > 0``: one segment with every row of the ``n`` newest segments (kept as they are, rows
+  deleted since included, except on datasets with stable row ids; partition by partition,
+  oldest segment first) followed by the new rows; ``dataset_version`` of the oldest merged
+  segment; the merged ones are removed;
+* ``retrain=True``: the index is rebuilt over every fragment (same metric and PQ shape, the
+  default partition count for the rows now there), replacing every segment.
+
+The ``index.idx`` loss is the new rows' assignment loss. Not done: pylance's split of a
+partition grown past 4x the target size (the rows are added to it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+import uuid as uuid_lib
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyroaring
+
+from airflow_lance.core import feature_flags, layout
+from airflow_lance.core._proto import index_pb2, table_pb2
+from airflow_lance.core.file import LanceFileReader
+from airflow_lance.core.indices import ivf, kmeans, pq, vector_remap
+from airflow_lance.core.indices.files import IndexFileData, write_index_file
+from airflow_lance.core.indices.metadata import fragment_bitmap, index_uuid
+from airflow_lance.core.indices.vector import MAX_PARTITIONS, TARGET_PARTITION_SIZE, build_vector_index
+
+if TYPE_CHECKING:
+    from airflow_lance.core.dataset import LanceDataset
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class _Segment:
+    """What one IVF segment holds, rows row-major (PQ codes untransposed)."""
+
+    labels: np.ndarray
+    ids: np.ndarray
+    payload: np.ndarray  # n x dim float32 (flat) or n x m uint8 (PQ codes)
+    centroids: np.ndarray
+    aux_metadata: dict[str, str]
+    aux_buffers: list[bytes]
+    index_metadata: dict[str, str]
+    index_message: index_pb2.IVF
+    aux_schema: pa.Schema
+
+
+def _reader(store, uuid: str, name: str) -> LanceFileReader:
+    path = f"{layout.index_dir(uuid)}/{name}"
+    return LanceFileReader(store.open_input(path), path=path)
+
+
+def _load(store, index: table_pb2.IndexMetadata, rows: bool = True) -> _Segment:
+    """A segment; without ``rows`` only its partitions' lengths (``labels``), ``ids``/``payload`` empty."""
+    uuid = index_uuid(index)
+    aux = _reader(store, uuid, ivf.AUXILIARY_NAME)
+    table, aux_metadata, aux_buffers = vector_remap._file(aux, rows)
+    marker = _reader(store, uuid, ivf.INDEX_NAME)
+    _, index_metadata, index_buffers = vector_remap._file(marker)
+    part = index_pb2.IVF()
+    part.ParseFromString(aux_buffers[int(aux_metadata.get("lance:ivf", "1")) - 1])
+    model = index_pb2.IVF()
+    model.ParseFromString(index_buffers[int(index_metadata.get("lance:ivf", "1")) - 1])
+    tensor = model.centroids_tensor
+    centroids = np.frombuffer(tensor.data, "<f4").reshape(tuple(tensor.shape)).astype(np.float32)
+    lengths = np.asarray(part.lengths, np.int64)
+    column = table.schema.names[1]
+    values = table.column(column).combine_chunks()
+    width = values.type.list_size
+    flat = pc.list_flatten(values).to_numpy(zero_copy_only=False).reshape(-1, width)
+    if column == "__pq_code" and rows:
+        flat = vector_remap._untranspose(flat, lengths)
+    return _Segment(np.repeat(np.arange(lengths.size), lengths), table.column("_rowid").to_numpy(), flat,
+                    centroids, aux_metadata, aux_buffers, index_metadata, model, table.schema)
+
+
+def _codebooks(segment: _Segment, m: int) -> np.ndarray:
+    tensor = index_pb2.Tensor()
+    tensor.ParseFromString(segment.aux_buffers[1])
+    matrix = np.frombuffer(tensor.data, "<f4").reshape(tuple(tensor.shape))
+    k, dim = matrix.shape
+    return matrix.reshape(-1).reshape(m, k, dim // m).astype(np.float32)
+
+
+def _new_rows(current: LanceDataset, column: str, fragment_ids: Sequence[int], dim: int
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """(finite non-null vectors, their row ids) of ``fragment_ids``, in scan order."""
+    if not fragment_ids:
+        return np.zeros((0, dim), np.float32), np.zeros(0, np.uint64)
+    table = current.scanner(columns=[column], with_row_id=True,
+                            fragments=[current.get_fragment(i) for i in fragment_ids]).to_table()
+    values = table.column(column).combine_chunks()
+    valid = values.is_valid()
+    ids = table.column("_rowid").combine_chunks().filter(valid).to_numpy(zero_copy_only=False).astype(np.uint64)
+    values = values.filter(valid)
+    vectors = pc.list_flatten(values).to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
+    vectors = vectors.reshape(len(values), dim)
+    finite = np.isfinite(vectors).all(axis=1)
+    return vectors[finite], ids[finite]
+
+
+def _row_ids(current: LanceDataset, fragment_ids: Sequence[int]) -> np.ndarray:
+    """Row ids of the live rows of ``fragment_ids``."""
+    if not fragment_ids:
+        return np.zeros(0, np.uint64)
+    table = current.scanner(columns=[], with_row_id=True,
+                            fragments=[current.get_fragment(i) for i in fragment_ids]).to_table()
+    return table.column("_rowid").to_numpy().astype(np.uint64, copy=False)
+
+
+def _encode(segment: _Segment, details: index_pb2.VectorIndexDetails, metric: str, vectors: np.ndarray
+            ) -> tuple[np.ndarray, np.ndarray, float]:
+    """(partition, payload, loss) of new rows against the segment's centroids and codebook."""
+    if metric == "cosine":
+        vectors = ivf.normalize(vectors)
+    if not len(vectors):
+        width = details.pq.num_sub_vectors if details.WhichOneof("compression") == "pq" else vectors.shape[1]
+        dtype = np.uint8 if details.WhichOneof("compression") == "pq" else np.float32
+        return np.zeros(0, np.int64), np.zeros((0, width), dtype), 0.0
+    labels, dists = kmeans.assign(vectors, segment.centroids, "dot" if metric == "dot" else "l2")
+    loss = float(np.asarray(dists, np.float64).sum())
+    if details.WhichOneof("compression") != "pq":
+        return labels, vectors.astype(np.float32, copy=False), loss
+    m = details.pq.num_sub_vectors
+    codebooks = _codebooks(segment, m)
+    if not pq.use_residual(metric):
+        # pylance 14 encodes the rows it adds to a dot index by inner product (its build: by l2)
+        codes, _ = kmeans.assign_batched(pq._split(vectors, m), codebooks, "dot")
+        return labels, np.ascontiguousarray(codes.T, dtype=np.uint8), loss
+    return labels, pq.encode(vectors - segment.centroids[labels], codebooks), loss
+
+
+def _files(base: _Segment, labels: np.ndarray, ids: np.ndarray, payload: np.ndarray, loss: float,
+           centroids: np.ndarray | None = None) -> dict[str, IndexFileData]:
+    k = (base.centroids if centroids is None else centroids).shape[0]
+    order = np.argsort(labels, kind="stable")
+    lengths = np.bincount(labels, minlength=k).astype(np.uint32)
+    offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.uint64)[:-1]]).astype(np.uint64)
+    column = base.aux_schema.field(1)
+    if column.name == "__pq_code":
+        data = pq.transpose_partitions(payload[order], lengths)
+    else:
+        data = payload[order]
+    values = pa.FixedSizeListArray.from_arrays(pa.array(data.reshape(-1), column.type.value_type),
+                                               column.type.list_size)
+    auxiliary = pa.Table.from_arrays([pa.array(np.asarray(ids, np.uint64)[order], pa.uint64()), values],
+                                     schema=base.aux_schema.remove_metadata())
+    aux_buffers = list(base.aux_buffers)
+    aux_buffers[int(base.aux_metadata.get("lance:ivf", "1")) - 1] = ivf._ivf(offsets, lengths)
+    model = index_pb2.IVF()
+    model.CopyFrom(base.index_message)
+    model.loss = loss
+    index_metadata = base.index_metadata
+    if centroids is not None:  # partitions joined: fewer centroids
+        model.centroids_tensor.CopyFrom(ivf._tensor(centroids))
+        del model.offsets[:]
+        del model.lengths[:]
+        model.offsets.extend([0] * k)
+        model.lengths.extend([0] * k)
+        index_metadata = {**index_metadata, "lance:flat": json.dumps([""] * k, separators=(",", ":"))}
+    marker = pa.table({"__flat_marker": pa.array([], pa.uint64())},
+                      schema=pa.schema([pa.field("__flat_marker", pa.uint64(), nullable=False)]))
+    return {
+        ivf.AUXILIARY_NAME: IndexFileData(auxiliary, base.aux_metadata, aux_buffers),
+        ivf.INDEX_NAME: IndexFileData(marker, index_metadata, [model.SerializeToString()]),
+    }
+
+
+def _retrain(current: LanceDataset, column: str, field_id: int, segment: table_pb2.IndexMetadata,
+             details: index_pb2.VectorIndexDetails, name: str) -> table_pb2.IndexMetadata:
+    base = _load(current.store, segment, rows=False)
+    hints = dict(details.runtime_hints)
+    is_pq = details.WhichOneof("compression") == "pq"
+    kind = "IVF_PQ" if is_pq else "IVF_FLAT"
+    # pylance 14 retrains with the default partition count for the rows now in the dataset
+    partitions = min(max(1, current.count_rows() // TARGET_PARTITION_SIZE[kind]), MAX_PARTITIONS)
+    params = ivf.VectorIndexParams(
+        kind, _metric(details), partitions,
+        details.pq.num_sub_vectors if is_pq else None, details.pq.num_bits if is_pq else pq.NUM_BITS,
+        int(hints.get("lance.ivf.sample_rate", ivf.SAMPLE_RATE)), int(hints.get("lance.ivf.max_iters", 50)))
+    return build_vector_index(current, column, field_id, base.centroids.shape[1], params, name)
+
+
+def _metric(details: index_pb2.VectorIndexDetails) -> str:
+    return {v: k for k, v in ivf.METRICS.items()}[details.metric_type]
+
+
+#: pylance 14 joins a partition holding fewer rows than this percentage of the target partition size.
+MIN_PARTITION_SIZE_PERCENT = 25
+#: A joined partition's rows go to the nearest of this many centroids nearest to its own.
+REASSIGN_RANGE = 64
+
+
+def _small_partitions(loaded: Sequence[_Segment], new_labels: np.ndarray,
+                      details: index_pb2.VectorIndexDetails) -> np.ndarray | None:
+    """Mask of the partitions pylance 14 joins (stored rows of every segment, deleted ones
+    included, plus the rows added, below a quarter of the target size; at least the largest
+    partition stays), or None."""
+    k = loaded[0].centroids.shape[0]
+    if k <= 1:
+        return None
+    counts = np.bincount(new_labels, minlength=k)
+    for segment in loaded:
+        counts = counts + np.bincount(segment.labels, minlength=k)
+    kind = "IVF_PQ" if details.WhichOneof("compression") == "pq" else "IVF_FLAT"
+    joined = counts < MIN_PARTITION_SIZE_PERCENT * TARGET_PARTITION_SIZE[kind] // 100
+    if not joined.any():
+        return None
+    if joined.all():
+        joined[int(np.argmax(counts))] = False
+    return joined
+
+
+def _join(current: LanceDataset, column: str, segments: Sequence[table_pb2.IndexMetadata], base: _Segment,
+          details: index_pb2.VectorIndexDetails, parts: list, new_vectors: np.ndarray, joined: np.ndarray
+          ) -> tuple[list, np.ndarray]:
+    """Drop the joined partitions' centroids; their live rows (stored ones first, then the added
+    ones, partition by partition) go to the nearest remaining centroid, as pylance 14 does."""
+    metric = _metric(details)
+    keep = np.flatnonzero(~joined)
+    relabel = np.full(joined.size, -1, np.int64)
+    relabel[keep] = np.arange(keep.size)
+    centroids = base.centroids[keep]
+    live_fragments = sorted(set().union(*(fragment_bitmap(s) for s in segments)) & {f.id for f in current._fragments})
+    all_vectors, all_ids = _new_rows(current, column, live_fragments, base.centroids.shape[1])
+    order = np.argsort(all_ids)
+    all_ids, all_vectors = all_ids[order], all_vectors[order]
+    stored, added = parts[:-1], parts[-1]
+    out = [(relabel[lab[~joined[lab]]], rid[~joined[lab]], pay[~joined[lab]]) for lab, rid, pay in stored]
+    lab, rid, pay = added
+    out.append((relabel[lab[~joined[lab]]], rid[~joined[lab]], pay[~joined[lab]]))
+    is_pq = details.WhichOneof("compression") == "pq"
+    for partition in np.flatnonzero(joined).tolist():
+        moved_ids = np.concatenate([p[1][p[0] == partition] for p in stored] or [np.zeros(0, np.uint64)])
+        pos = np.minimum(np.searchsorted(all_ids, moved_ids), max(all_ids.size - 1, 0))
+        found = all_ids[pos] == moved_ids if all_ids.size else np.zeros(moved_ids.size, bool)
+        ids = np.concatenate([moved_ids[found], added[1][added[0] == partition]])
+        vectors = np.concatenate([all_vectors[pos[found]], new_vectors[added[0] == partition]])
+        if metric == "cosine":
+            vectors = ivf.normalize(vectors)
+        if not len(ids):
+            continue
+        train_metric = "dot" if metric == "dot" else "l2"
+        dists = ((centroids - base.centroids[partition]) ** 2).sum(1) if train_metric == "l2" else \
+            -(centroids @ base.centroids[partition])
+        candidates = np.argsort(dists, kind="stable")[:REASSIGN_RANGE]
+        local, _ = kmeans.assign(vectors, centroids[candidates], train_metric)
+        labels = candidates[local]
+        if not is_pq:
+            payload = vectors.astype(np.float32, copy=False)
+        elif pq.use_residual(metric):
+            payload = pq.encode(vectors - centroids[labels], _codebooks(base, details.pq.num_sub_vectors))
+        else:
+            codes, _ = kmeans.assign_batched(pq._split(vectors, details.pq.num_sub_vectors),
+                                             _codebooks(base, details.pq.num_sub_vectors), "dot")
+            payload = np.ascontiguousarray(codes.T, dtype=np.uint8)
+        out.append((labels, ids, payload))
+    return out, centroids
+
+
+def can_optimize(current: LanceDataset, column: str, segments: Sequence[table_pb2.IndexMetadata]) -> bool:
+    """IVF_FLAT/IVF_PQ segments in the layout read here, on a float32 vector column."""
+    dtype = current.schema.field(column).type if column in current.schema.names else None
+    return (dtype is not None and pa.types.is_fixed_size_list(dtype) and pa.types.is_float32(dtype.value_type)
+            and all(vector_remap.can_remap(s) for s in segments))
+
+
+def optimize_vector_index(current: LanceDataset, name: str, column: str, field_id: int,
+                          segments: Sequence[table_pb2.IndexMetadata], missing: Sequence[int],
+                          num_indices_to_merge: int | None, retrain: bool
+                          ) -> tuple[table_pb2.IndexMetadata | None, list[table_pb2.IndexMetadata]]:
+    """(new segment or None, segments it replaces) for the IVF index ``name``."""
+    if not can_optimize(current, column, segments):
+        log.info("optimize_indices leaves index %r alone: not an IVF_FLAT/IVF_PQ index on float32 vectors", name)
+        return None, []
+    details = index_pb2.VectorIndexDetails()
+    details.ParseFromString(segments[0].index_details.value)
+    if retrain:
+        if not missing and len(segments) < 2:
+            return None, []
+        return _retrain(current, column, field_id, segments[0], details, name), list(segments)
+    n = num_indices_to_merge or 0
+    merge = list(segments[-n:]) if n else []
+    if not missing and len(merge) < 2:
+        return None, []
+    cache: dict[tuple[int, bool], _Segment] = {}
+
+    def load(position: int, rows: bool = True) -> _Segment:  # each segment's files are read once
+        if (position, rows) not in cache:
+            cache[(position, rows)] = _load(current.store, segments[position], rows)
+        return cache[(position, rows)]
+
+    base = load(0, rows=False)  # centroids, codebook, metadata
+    vectors, ids = _new_rows(current, column, missing, base.centroids.shape[1])
+    labels, payload, loss = _encode(base, details, _metric(details), vectors)
+    centroids, joined = None, None
+    if num_indices_to_merge is None and missing:
+        joined = _small_partitions([load(i, rows=False) for i in range(len(segments))], labels, details)
+        if joined is not None:
+            merge = list(segments)
+    parts = [(s.labels, s.ids, s.payload) for s in map(load, range(len(segments) - len(merge), len(segments)))]
+    if merge and current.manifest_file.manifest.reader_feature_flags & feature_flags.STABLE_ROW_IDS:
+        # pylance 14 drops the rows deleted since from merged segments on datasets with stable
+        # row ids (without them it keeps every row of a merged segment)
+        merged = sorted(set().union(*(fragment_bitmap(s) for s in merge)) & {f.id for f in current._fragments})
+        live = _row_ids(current, merged)
+        parts = [(lab[keep], rid[keep], pay[keep]) for lab, rid, pay in parts
+                 for keep in [np.isin(rid, live)]]
+    parts.append((labels, ids, payload))
+    if joined is not None:
+        parts, centroids = _join(current, column, segments, base, details, parts, vectors, joined)
+    files = _files(base, np.concatenate([p[0] for p in parts]).astype(np.int64),
+                   np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts]), loss, centroids)
+    live = {f.id for f in current._fragments}
+    covered = set(missing)
+    for segment in merge:
+        covered |= set(fragment_bitmap(segment)) & live
+    uuid = str(uuid_lib.uuid4())
+    written = [write_index_file(current.store, uuid, file_name, data, current.data_storage_version)
+               for file_name, data in files.items()]
+    index = table_pb2.IndexMetadata(
+        fields=[field_id], name=name,
+        dataset_version=min(s.dataset_version for s in merge) if merge else current.version,
+        fragment_bitmap=pyroaring.BitMap(sorted(covered)).serialize(),
+        index_version=segments[0].index_version, created_at=int(time.time() * 1000), files=written,
+    )
+    index.uuid.uuid = uuid_lib.UUID(uuid).bytes
+    index.index_details.CopyFrom(segments[0].index_details)
+    return index, merge

@@ -1,0 +1,330 @@
+"""Vector index maintenance: compaction remaps IVF_FLAT/IVF_PQ, optimize_indices folds new rows in.
+
+pylance 14 is the oracle: the same compaction or optimize_indices run by pylance on a copy of
+the dataset writes the same index contents (row ids, vectors or PQ codes, partitions, centroids,
+codebook, manifest entry) as ours; after our deletes, appends, optimize_indices, compaction (with
+and without stable row ids) and cleanup, pylance's vector queries go through the index (no flat
+search over unindexed fragments) and, over every partition, IVF_FLAT returns the exact kNN ids;
+pylance keeps compacting and optimizing after us.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+
+import lance as pylance
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+import airflow_lance.core as lance
+from airflow_lance.core._proto import index_pb2
+from airflow_lance.core.file import LanceFileReader
+from airflow_lance.core.indices import ivf, vector_remap
+from airflow_lance.core.indices.metadata import fragment_bitmap, index_uuid, user_indices
+from airflow_lance.core.indices.vector_optimize import _load
+
+pytestmark = [pytest.mark.filterwarnings("ignore:The 'list_indices' method is deprecated:DeprecationWarning")]
+
+DIM = 16
+K = 10
+
+
+def _vectors(n: int, seed: int = 0) -> np.ndarray:
+    """Gaussian blobs, not normalized (l2, cosine and dot rank differently)."""
+    centers = np.random.default_rng(100).normal(size=(12, DIM)) * 3
+    rng = np.random.default_rng(seed)
+    return (centers[rng.integers(0, 12, n)] + rng.normal(size=(n, DIM))).astype(np.float32)
+
+
+VECTORS = _vectors(6000)
+
+
+def _table(start: int, stop: int) -> pa.Table:
+    return pa.table({"id": np.arange(start, stop, dtype=np.int64),
+                     "vec": pa.FixedSizeListArray.from_arrays(pa.array(VECTORS[start:stop].reshape(-1)), DIM)})
+
+
+def _params(kind: str, partitions: int) -> dict:
+    return {"num_partitions": partitions} | ({"num_sub_vectors": 4} if kind == "IVF_PQ" else {})
+
+
+def _segments(uri: str) -> list[tuple]:
+    """Per segment: manifest entry facts and the decoded files (PQ codes untransposed)."""
+    ds = lance.dataset(uri)
+    out = []
+    for index in user_indices(ds.manifest_file):
+        if index.index_details.type_url != ivf.TYPE_URL:
+            continue
+        s = _load(ds.store, index)
+        out.append((index.name, index.dataset_version, sorted(fragment_bitmap(index)), index.index_version,
+                    index.index_details.value, s.labels.tolist(), s.ids.tolist(), s.payload.tobytes(),
+                    s.centroids.tobytes(), s.aux_buffers[1:], s.aux_metadata, s.index_metadata))
+    return out
+
+
+def _live(uri: str) -> np.ndarray:
+    return np.sort(pylance.dataset(uri).to_table(columns=["id"])["id"].to_numpy())
+
+
+def _knn(uri: str, q: np.ndarray, metric: str, nprobes: int) -> np.ndarray:
+    return pylance.dataset(uri).to_table(
+        nearest={"column": "vec", "q": q, "k": K, "nprobes": nprobes, "metric": metric}, columns=["id"]
+    )["id"].to_numpy()
+
+
+def _exact(live: np.ndarray, q: np.ndarray, metric: str) -> np.ndarray:
+    x = VECTORS[live].astype(np.float64)
+    q = q.astype(np.float64)
+    if metric == "l2":
+        d = ((x - q) ** 2).sum(1)
+    elif metric == "cosine":
+        d = 1 - x @ q / (np.linalg.norm(x, axis=1) * np.linalg.norm(q))
+    else:
+        d = -(x @ q)
+    return live[np.argsort(d, kind="stable")[:K]]
+
+
+def _recall(uri: str, metric: str, nprobes: int, queries: np.ndarray) -> float:
+    live = _live(uri)
+    return float(np.mean([len(set(_knn(uri, q, metric, nprobes)) & set(_exact(live, q, metric))) / K
+                          for q in queries]))
+
+
+def _uses_index(uri: str, metric: str) -> bool:
+    plan = pylance.dataset(uri).scanner(nearest={"column": "vec", "q": VECTORS[1], "k": K, "metric": metric}
+                                        ).explain_plan()
+    return "ANNIvfPartition" in plan and "KNNVectorDistance" not in plan  # no flat search over unindexed rows
+
+
+def _check_exact(uri: str, metric: str, partitions: int) -> None:
+    """IVF_FLAT over every partition returns the exact kNN of the live rows."""
+    live = _live(uri)
+    for q in _vectors(8, seed=5):
+        assert _knn(uri, q, metric, partitions).tolist() == _exact(live, q, metric).tolist()
+
+
+def _indexed(uri: str, kind: str, metric: str, stable: bool, builder: str, partitions: int = 4,
+             rows: int = 2400) -> None:
+    pylance.write_dataset(_table(0, rows), uri, max_rows_per_file=rows // 4, enable_stable_row_ids=stable)
+    opened = lance.dataset if builder == "ours" else pylance.dataset
+    opened(uri).create_index("vec", kind, metric=metric, **_params(kind, partitions))
+    lance.dataset(uri).delete("id % 7 = 0")  # our delete: the index still lists these rows
+
+
+COMPACTIONS = [("IVF_FLAT", "l2", False, "ours"), ("IVF_PQ", "l2", False, "pylance"),
+               ("IVF_FLAT", "cosine", True, "pylance"), ("IVF_PQ", "dot", True, "ours")]
+
+
+@pytest.mark.parametrize(("kind", "metric", "stable", "builder"), COMPACTIONS)
+def test_compaction_remaps_vector_indices_as_pylance(tmp_path, kind, metric, stable, builder):
+    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
+    _indexed(ours, kind, metric, stable, builder)
+    shutil.copytree(ours, theirs)
+    queries = _vectors(20, seed=3)
+    before = _recall(ours, metric, 4, queries)
+    [old] = lance.dataset(ours).list_indices()
+    metrics = lance.dataset(ours).optimize.compact_files(target_rows_per_fragment=100_000)
+    pylance.dataset(theirs).optimize.compact_files(target_rows_per_fragment=100_000)
+    assert (metrics.fragments_removed, metrics.fragments_added, metrics.fragments_skipped_indexed) == (4, 1, 0)
+    [new] = lance.dataset(ours).list_indices()
+    [expected] = lance.dataset(theirs).list_indices()
+    assert set(new["fragment_ids"]) == set(expected["fragment_ids"]) == {
+        f.fragment_id for f in lance.dataset(ours).get_fragments()}
+    # without stable row ids a new index (new uuid, rows remapped, deleted ones dropped); with
+    # them the index holds stable row ids: same uuid, only the fragment bitmap moves
+    assert (new["uuid"] == old["uuid"]) is stable and (expected["uuid"] == old["uuid"]) is stable
+    assert _segments(ours) == _segments(theirs)
+    if not stable:
+        txn = lance.dataset(ours).read_transaction().operation
+        [rewritten] = txn.rewritten_indices
+        assert (rewritten.old_id, rewritten.new_id) == (old["uuid"], new["uuid"])
+        assert sorted(f.path for f in rewritten.new_index_files) == ["auxiliary.idx", "index.idx"]
+        assert len(_segments(ours)[0][6]) == len(_live(ours))  # deleted rows left the index
+    assert _uses_index(ours, metric)
+    if kind == "IVF_FLAT" and not stable:
+        _check_exact(ours, metric, 4)
+    for q in queries:  # the same index: the same answers as after pylance's compaction
+        assert _knn(ours, q, metric, 4).tolist() == _knn(theirs, q, metric, 4).tolist()
+    if not stable:  # stable row ids: the index keeps the ids of rows deleted before the compaction
+        # and pylance 14 (its own compaction too, see above) then returns fewer than k rows
+        assert _recall(ours, metric, 4, queries) >= before - 0.02
+    # pylance keeps maintaining it: appends, its optimize_indices and compaction after ours
+    lance.write_dataset(_table(2400, 2700), ours, mode="append")
+    pylance.dataset(ours).optimize.optimize_indices()
+    lance.dataset(ours).delete("id % 11 = 0")
+    pylance.dataset(ours).optimize.compact_files(target_rows_per_fragment=100_000)
+    assert _uses_index(ours, metric)
+    if kind == "IVF_FLAT" and not stable:
+        _check_exact(ours, metric, 4)
+
+
+OPTIMIZES = [("IVF_FLAT", "l2", "ours", None, False), ("IVF_FLAT", "cosine", "pylance", 1, True),
+             ("IVF_PQ", "l2", "pylance", 0, False), ("IVF_PQ", "dot", "ours", 1, False),
+             ("IVF_PQ", "cosine", "pylance", None, True)]
+
+
+@pytest.mark.parametrize(("kind", "metric", "builder", "merge", "stable"), OPTIMIZES)
+def test_optimize_indices_folds_new_rows_in_as_pylance(tmp_path, kind, metric, builder, merge, stable):
+    """Two appends folded in: with 0 a delta segment, with 1 one merged segment, by default a delta
+    or, where partitions hold under a quarter of the target size (IVF_FLAT 1024, IVF_PQ 2048 rows
+    with the added ones), those partitions joined into the others and all segments merged; the
+    same rows, partitions, vectors or codes, centroids, codebook and manifest entry as pylance's."""
+    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
+    partitions = 4 if merge is None else 2
+    _indexed(ours, kind, metric, stable, builder, partitions=partitions, rows=4000)
+    queries = _vectors(40, seed=4)
+    before = _recall(ours, metric, partitions, queries)  # the index alone, before the appends
+    lance.dataset(ours).insert(_table(4000, 4300))
+    lance.dataset(ours).insert(_table(4300, 4500))
+    shutil.copytree(ours, theirs)
+    assert not _uses_index(ours, metric)  # the appended rows are searched flat
+    lance.dataset(ours).optimize_indices(num_indices_to_merge=merge)
+    pylance.dataset(theirs).optimize.optimize_indices(num_indices_to_merge=merge)
+    mine, pylances = _segments(ours), _segments(theirs)
+    if merge is not None:
+        assert len(mine) == (1 if merge else 2)
+    elif kind == "IVF_PQ":  # 4 x ~1100 rows < 2048: partitions joined down to one, one segment
+        assert len(mine) == 1 and len(mine[0][8]) == 4 * DIM
+    assert mine == pylances
+    assert _uses_index(ours, metric)
+    if kind == "IVF_FLAT" and not stable:
+        _check_exact(ours, metric, partitions)
+    recall = _recall(ours, metric, partitions, queries)
+    assert recall == _recall(theirs, metric, partitions, queries)
+    # pylance 14 PQ-encodes the rows it adds to a dot index by inner product, and re-encodes the
+    # rows of joined partitions against farther centroids: its recall drops there, ours equally
+    if metric != "dot" and (merge is not None or kind == "IVF_FLAT"):
+        assert recall >= before - 0.05, (recall, before)  # PQ: 500 more rows compete in the same cells
+    loss = [index_pb2.IVF() for _ in range(2)]
+    for message, uri in zip(loss, (ours, theirs)):
+        index = user_indices(lance.dataset(uri).manifest_file)[-1]
+        reader = lance.dataset(uri).store.open_input(f"_indices/{index_uuid(index)}/index.idx")
+        message.ParseFromString(LanceFileReader(reader, path="index.idx").global_buffer(1))
+    assert loss[0].loss == pytest.approx(loss[1].loss, rel=1e-5)  # the new rows' assignment loss
+    # nothing left to fold in: no new version; then pylance optimizes over ours
+    version = lance.dataset(ours).version
+    lance.dataset(ours).optimize_indices()
+    assert lance.dataset(ours).version == version
+    lance.dataset(ours).insert(_table(4500, 4700))
+    pylance.dataset(ours).optimize.optimize_indices(num_indices_to_merge=1)
+    assert _uses_index(ours, metric)
+
+
+def test_retrain_rebuilds_the_vector_index(tmp_path):
+    uri = str(tmp_path / "d")
+    _indexed(uri, "IVF_FLAT", "l2", False, "pylance", partitions=2, rows=2000)
+    lance.dataset(uri).insert(_table(2000, 2300))
+    lance.dataset(uri).optimize.optimize_indices(num_indices_to_merge=0)
+    assert len(_segments(uri)) == 2
+    lance.dataset(uri).insert(_table(2300, 2500))
+    lance.dataset(uri).optimize_indices(retrain=True)
+    [segment] = _segments(uri)
+    ds = lance.dataset(uri)
+    # pylance 14 retrains with the default partition count for the rows now there (2214 // 4096 -> 1)
+    assert segment[1] == ds.version - 1 and segment[2] == sorted(f.fragment_id for f in ds.get_fragments())
+    assert len(segment[6]) == len(_live(uri)) and len(segment[8]) == DIM * 4
+    _check_exact(uri, "l2", 1)
+
+
+def test_cleanup_keeps_the_index_files_of_retained_versions(tmp_path):
+    uri = str(tmp_path / "d")
+    _indexed(uri, "IVF_PQ", "l2", False, "ours", partitions=2, rows=2000)
+    lance.dataset(uri).insert(_table(2000, 2300))
+    lance.dataset(uri).optimize_indices(num_indices_to_merge=0)  # a delta segment
+    # the four indexed fragments (a seventh of their rows deleted) become one: the first
+    # segment is remapped, the delta's fragment needs no compaction
+    lance.dataset(uri).optimize.compact_files(target_rows_per_fragment=100_000)
+    referenced = {i["uuid"] for i in lance.dataset(uri).list_indices()}
+    assert len(referenced) == 2 and len(os.listdir(os.path.join(uri, "_indices"))) == 3
+    lance.dataset(uri).cleanup_old_versions(older_than=dt.timedelta(0))
+    assert set(os.listdir(os.path.join(uri, "_indices"))) == referenced
+    for uuid in referenced:
+        assert sorted(os.listdir(os.path.join(uri, "_indices", uuid))) == ["auxiliary.idx", "index.idx"]
+    assert _uses_index(uri, "l2")
+    live = _live(uri)
+    got = _knn(uri, VECTORS[5], "l2", 2)
+    assert set(got) <= set(live) and len(got) == K
+    # a retained older version keeps its index files too
+    lance.dataset(uri).insert(_table(2300, 2400))
+    lance.dataset(uri).optimize_indices(num_indices_to_merge=2)
+    kept = lance.dataset(uri).version
+    lance.dataset(uri).cleanup_old_versions(older_than=dt.timedelta(0), retain_versions=2)
+    assert referenced <= set(os.listdir(os.path.join(uri, "_indices")))
+    assert _uses_index(uri, "l2") and pylance.dataset(uri, version=kept - 1).list_indices()
+
+
+def test_vector_indices_we_cannot_maintain_are_left_alone(tmp_path):
+    uri = str(tmp_path / "d")
+    pylance.write_dataset(_table(0, 1200), uri, max_rows_per_file=300)
+    pylance.dataset(uri).create_index("vec", "IVF_SQ", num_partitions=2)
+    [index] = user_indices(lance.dataset(uri).manifest_file)
+    assert not vector_remap.can_remap(index)
+    lance.dataset(uri).delete("id % 3 = 0")
+    lance.dataset(uri).insert(_table(1200, 1300))
+    version = lance.dataset(uri).version
+    lance.dataset(uri).optimize_indices()
+    assert lance.dataset(uri).version == version  # nothing committed
+    metrics = lance.dataset(uri).optimize.compact_files(target_rows_per_fragment=100_000)
+    assert metrics.fragments_skipped_indexed == 4
+    [after] = pylance.dataset(uri).list_indices()
+    assert after["uuid"] == index_uuid(index) and sorted(after["fragment_ids"]) == [0, 1, 2, 3]
+    got = pylance.dataset(uri).to_table(nearest={"column": "vec", "q": VECTORS[4], "k": K, "nprobes": 2})
+    assert pc.min(got["id"]).as_py() >= 0 and got.num_rows == K
+
+
+@pytest.mark.parametrize("stable", [False, True])
+def test_compaction_with_scalar_and_several_vector_indices(tmp_path, stable):
+    """Our IVF_PQ with a delta segment, pylance's IVF_FLAT and a BTREE on one dataset: our
+    compaction leaves every index as pylance's own compaction does."""
+    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
+    _indexed(ours, "IVF_PQ", "l2", stable, "ours", partitions=2, rows=2400)
+    lance.dataset(ours).create_scalar_index("id", "BTREE")
+    pylance.dataset(ours).create_index("vec", "IVF_FLAT", name="flat", num_partitions=3)
+    lance.dataset(ours).insert(_table(2400, 2600))
+    lance.dataset(ours).optimize_indices(index_names=["vec_idx"], num_indices_to_merge=0)
+    lance.dataset(ours).delete("id % 5 = 1")
+    shutil.copytree(ours, theirs)
+    metrics = lance.dataset(ours).optimize.compact_files(target_rows_per_fragment=100_000)
+    pylance.dataset(theirs).optimize.compact_files(target_rows_per_fragment=100_000)
+    assert (metrics.fragments_removed, metrics.fragments_added, metrics.fragments_skipped_indexed) == (5, 2, 0)
+
+    def shape(uri: str) -> list:
+        return sorted((i["name"], sorted(i["fragment_ids"])) for i in pylance.dataset(uri).list_indices())
+
+    def key(segment: tuple) -> tuple:
+        return segment[0], segment[2]
+
+    assert shape(ours) == shape(theirs) and len(shape(ours)) == 4
+    assert sorted(_segments(ours), key=key) == sorted(_segments(theirs), key=key)
+    for q in _vectors(5, seed=9):
+        assert _knn(ours, q, "l2", 3).tolist() == _knn(theirs, q, "l2", 3).tolist()
+    assert "ScalarIndexQuery" in pylance.dataset(ours).scanner(filter="id = 2500").explain_plan()
+    assert pylance.dataset(ours).to_table(filter="id = 2500").num_rows == 1
+
+
+def test_float16_vector_index_compacts_but_is_not_optimized(tmp_path):
+    """pylance's IVF_FLAT on float16 vectors: our compaction remaps it (the stored vectors are
+    copied), optimize_indices leaves it alone (float32 only) and commits nothing."""
+    uri = str(tmp_path / "d")
+    half = VECTORS[:1200].astype(np.float16)
+    table = pa.table({"id": np.arange(1200), "vec": pa.FixedSizeListArray.from_arrays(pa.array(half.reshape(-1)), DIM)})
+    pylance.write_dataset(table.slice(0, 1000), uri, max_rows_per_file=250)
+    pylance.dataset(uri).create_index("vec", "IVF_FLAT", num_partitions=2)
+    pylance.write_dataset(table.slice(1000), uri, mode="append")
+    version = lance.dataset(uri).version
+    lance.dataset(uri).optimize_indices()
+    assert lance.dataset(uri).version == version
+    lance.dataset(uri).delete("id % 3 = 0")
+    metrics = lance.dataset(uri).optimize.compact_files(target_rows_per_fragment=100_000)
+    assert metrics.fragments_skipped_indexed == 0
+    [index] = pylance.dataset(uri).list_indices()
+    assert len(index["fragment_ids"]) == 1
+    live = _live(uri)
+    got = pylance.dataset(uri).to_table(nearest={"column": "vec", "q": VECTORS[4], "k": K, "nprobes": 2},
+                                        columns=["id"])["id"].to_numpy()
+    x = half[live].astype(np.float64)
+    assert got.tolist() == live[np.argsort(((x - half[4].astype(np.float64)) ** 2).sum(1), kind="stable")[:K]].tolist()
