@@ -35,35 +35,15 @@ import pyarrow as pa
 
 from airflow_lance.core import dataset
 from airflow_lance.core.indices import ivf
-from airflow_lance.core.indices.create import (
-    check_scalar_index,
-    index_files,
-    read_column,
-    resolve_name,
-    write_index,
-)
+from airflow_lance.core.indices.create import index_files, read_column, write_index
+from airflow_lance.core.indices.plan import check_params
 from airflow_lance.core.indices.sort import sort_order
-from airflow_lance.core.indices.vector import (
-    PYLANCE_VECTOR_TYPES,
-    cap_partitions,
-    check_vector_index,
-    read_vectors,
-    write_vector_index,
-)
+from airflow_lance.core.indices.vector import cap_partitions, read_vectors, write_vector_index
 from airflow_lance.spark.distributed import map_tasks, share, unshare
 from airflow_lance.spark.task_spec import TaskJobSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-#: ``params`` of a create_index job besides ``read_version``
-INDEX_PARAMS = ("column", "index_type", "name", "replace", "metric", "num_partitions", "num_sub_vectors",
-                "target_partition_size", "sample_rate", "max_iters", "seed")
-
-
-def is_vector_type(index_type: str) -> bool:
-    return isinstance(index_type, str) and index_type.upper() in PYLANCE_VECTOR_TYPES
-
 
 def _ipc(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
@@ -78,26 +58,6 @@ def _table(data: bytes) -> pa.Table:
 
 def _open(uri: str, storage_options: Mapping[str, str], params: Mapping[str, Any]) -> Any:
     return dataset(uri, int(params["read_version"]), storage_options=dict(storage_options))
-
-
-def _vector_args(params: Mapping[str, Any]) -> dict[str, Any]:
-    extra = {key: params[key] for key in ("sample_rate", "max_iters") if params.get(key) is not None}
-    return dict(name=params.get("name"), metric=params.get("metric") or "L2", replace=bool(params.get("replace")),
-                num_partitions=params.get("num_partitions"), num_sub_vectors=params.get("num_sub_vectors"),
-                target_partition_size=params.get("target_partition_size"), **extra)
-
-
-def check_index(ds: Any, params: Mapping[str, Any]) -> tuple[str, str, int, int | None,
-                                                             ivf.VectorIndexParams | None]:
-    """The checks of the core's create (nothing written): (column, index type, field id, vector
-    dimension, vector parameters); the core's typed errors for bad input."""
-    if is_vector_type(params["index_type"]):
-        column, field_id, dim, vector = check_vector_index(ds, params["column"], params["index_type"],
-                                                           **_vector_args(params))
-        return column, vector.index_type, field_id, dim, vector
-    kind, field_id = check_scalar_index(ds, params["column"], params["index_type"], params.get("name"),
-                                        bool(params.get("replace")))
-    return params["column"], kind, field_id, None, None
 
 
 # -- scalar ---------------------------------------------------------------------------------------
@@ -206,14 +166,12 @@ def build_vector(spark: SparkSession, spec: TaskJobSpec, ds: Any, params: ivf.Ve
 def run_create_index(spark: SparkSession, spec: TaskJobSpec) -> tuple[list[Any], dict[str, Any]]:
     """Build the index over the tasks' fragments: files written, nothing committed."""
     ds = _open(spec.uri, spec.storage_options, spec.params)
-    column, index_type, field_id, dim, vector = check_index(ds, spec.params)
-    type_url = ivf.TYPE_URL if vector is not None else None
-    name, _ = resolve_name(ds, column, field_id, index_type, spec.params.get("name"),
-                           bool(spec.params.get("replace")), type_url)
-    if vector is not None:
-        assert dim is not None
-        results, index, rows = build_vector(spark, spec, ds, vector, field_id, dim, name)
+    checked = check_params(ds, spec.params)
+    if checked.vector is not None:
+        assert checked.dim is not None
+        results, index, rows = build_vector(spark, spec, ds, checked.vector, checked.field_id, checked.dim,
+                                            checked.name)
     else:
-        results, index, rows = build_scalar(spark, spec, ds, index_type, field_id, name)
-    return results, {"index": base64.b64encode(index.SerializeToString()).decode(), "name": name,
-                     "index_type": index_type, "num_indexed_rows": int(rows)}
+        results, index, rows = build_scalar(spark, spec, ds, checked.index_type, checked.field_id, checked.name)
+    return results, {"index": base64.b64encode(index.SerializeToString()).decode(), "name": checked.name,
+                     "index_type": checked.index_type, "num_indexed_rows": int(rows)}
