@@ -35,7 +35,7 @@ def _run_and_check(root: pathlib.Path, mode: str) -> None:
     for row in range(0, 8_000, 400):  # 20 queries, one pylance search each
         exact = set(table.column("doc_id").to_numpy()[np.argsort(-(unit @ unit[row]))[:10]].tolist())
         found = ds.to_table(columns=["doc_id"], nearest={"column": "embedding", "q": vectors[row], "k": 10,
-                                                         "nprobes": 4, "refine_factor": 5})
+                                                         "nprobes": 8, "refine_factor": 5})
         hits += len(exact & set(found.column("doc_id").to_pylist()))
     assert hits / 200 >= 0.9
 
