@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-import base64
-import uuid as uuid_lib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import airflow_lance.core as lance
-from airflow_lance.core import layout
-from airflow_lance.core._proto import table_pb2
-from airflow_lance.core.indices.plan import VECTOR_ARGS, CheckedIndex, build_index_uncommitted, check_params
-from airflow_lance.core.storage import open_store
 from airflow_lance.operators._dml import LanceDmlOperator, LanceLocalOrSparkOperator, Planned
 from airflow_lance.operators._spark_submit import (
     LanceStagedResultError,
@@ -24,17 +18,14 @@ from airflow_lance.spark.task_spec import TaskJobResult, TaskJobSpec, split_even
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context
 
+#: the vector build's parameters (pylance's ``create_index`` arguments)
+VECTOR_ARGS = ("metric", "num_partitions", "num_sub_vectors", "target_partition_size", "sample_rate", "max_iters")
 
-def index_summary(index: table_pb2.IndexMetadata, index_type: str, column: str) -> dict[str, Any]:
+
+def index_summary(index: Any, index_type: str, column: str) -> dict[str, Any]:
     """The index's entries of the operator's summary."""
-    return {"index_name": index.name, "index_uuid": str(uuid_lib.UUID(bytes=index.uuid.uuid)),
-            "index_type": index_type, "column": column}
-
-
-def _missing_index_files(uri: str, storage_options: Mapping[str, str], index: table_pb2.IndexMetadata) -> list[str]:
-    store = open_store(uri, storage_options)
-    folder = layout.index_dir(str(uuid_lib.UUID(bytes=index.uuid.uuid)))
-    return [f"{folder}/{f.path}" for f in index.files if not store.exists(f"{folder}/{f.path}")]
+    return {"index_name": index.name, "index_uuid": lance.index_uuid(index), "index_type": index_type,
+            "column": column}
 
 
 class LanceCreateIndexOperator(LanceLocalOrSparkOperator):
@@ -99,7 +90,7 @@ class LanceCreateIndexOperator(LanceLocalOrSparkOperator):
         self.max_iters = max_iters
 
     def index_params(self) -> dict[str, Any]:
-        """The request as the core's :func:`~airflow_lance.core.indices.plan.check_params` takes it."""
+        """The request: the core's ``check_index`` arguments (and the Spark job's parameters)."""
         return {"column": self.column, "index_type": self.index_type, "name": self.name,
                 "replace": bool(self.replace), **{k: getattr(self, k) for k in VECTOR_ARGS}}
 
@@ -115,9 +106,9 @@ class LanceCreateIndexOperator(LanceLocalOrSparkOperator):
         return {"mode": self.mode, "column": self.column}
 
     def plan(self, ds: lance.LanceDataset, key: str, context: Context) -> Planned:
-        checked = check_params(ds, self.index_params())  # the core's typed errors, nothing written
+        checked = lance.check_index(ds, **self.index_params())  # the core's typed errors, nothing written
         if self.mode == "local" or not ds.get_fragments():
-            index, rows = build_index_uncommitted(ds, checked)
+            index, rows = lance.build_index_uncommitted(ds, checked)
             staged = None
         else:
             index, rows, staged = self._build_on_spark(ds, checked, key)
@@ -125,8 +116,8 @@ class LanceCreateIndexOperator(LanceLocalOrSparkOperator):
         return Planned(operation, {"num_indexed_rows": rows}, index_summary(index, checked.index_type, checked.column),
                        staged=staged)
 
-    def _build_on_spark(self, ds: lance.LanceDataset, checked: CheckedIndex, key: str
-                        ) -> tuple[table_pb2.IndexMetadata, int, tuple[str, str]]:
+    def _build_on_spark(self, ds: lance.LanceDataset, checked: lance.CheckedIndex, key: str
+                        ) -> tuple[Any, int, tuple[str, str]]:
         """The index the Spark job built (or the one an earlier try staged for the same job)."""
         ids = [f.fragment_id for f in ds.get_fragments()]
         options = self.hook.storage_options
@@ -137,7 +128,7 @@ class LanceCreateIndexOperator(LanceLocalOrSparkOperator):
                            params={"read_version": ds.version, **self.index_params()})
         what = f"the Spark create_index job for {ds.uri}"
         staged = reusable_task_result(spec, lambda result: ())
-        if staged is not None and _missing_index_files(ds.uri, options, _index_of(staged)):
+        if staged is not None and lance.missing_index_files(ds, _index_of(staged)):
             self.log.warning("Not reusing the index an earlier try staged: its files are missing; running the "
                              "Spark job again")
             staged = None
@@ -167,8 +158,8 @@ class LanceCreateIndexOperator(LanceLocalOrSparkOperator):
         return summary
 
 
-def _index_of(staged: TaskJobResult) -> table_pb2.IndexMetadata:
+def _index_of(staged: TaskJobResult) -> Any:
     try:
-        return table_pb2.IndexMetadata.FromString(base64.b64decode(staged.info["index"]))
-    except (KeyError, ValueError, TypeError) as exc:
+        return lance.decode_index(staged.info["index"])
+    except (KeyError, lance.InvalidInputError) as exc:
         raise LanceStagedResultError(f"the staged create_index result holds no index: {exc!r}") from None

@@ -25,7 +25,6 @@ read version. Nothing is committed here.
 
 from __future__ import annotations
 
-import base64
 import functools
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -36,7 +35,7 @@ import pyarrow as pa
 from airflow_lance.core import dataset
 from airflow_lance.core.indices import ivf
 from airflow_lance.core.indices.create import index_files, read_column, write_index
-from airflow_lance.core.indices.plan import check_params
+from airflow_lance.core.indices.plan import check_params, encode_index
 from airflow_lance.core.indices.sort import sort_order
 from airflow_lance.core.indices.vector import cap_partitions, read_vectors, write_vector_index
 from airflow_lance.spark.distributed import map_tasks, share, unshare
@@ -173,5 +172,5 @@ def run_create_index(spark: SparkSession, spec: TaskJobSpec) -> tuple[list[Any],
                                             checked.name)
     else:
         results, index, rows = build_scalar(spark, spec, ds, checked.index_type, checked.field_id, checked.name)
-    return results, {"index": base64.b64encode(index.SerializeToString()).decode(), "name": checked.name,
+    return results, {"index": encode_index(index), "name": checked.name,
                      "index_type": checked.index_type, "num_indexed_rows": int(rows)}

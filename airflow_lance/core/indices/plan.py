@@ -9,12 +9,16 @@ builds the same files on Spark, :mod:`airflow_lance.spark.create_index`).
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import uuid as uuid_lib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from google.protobuf.message import DecodeError
 
+from airflow_lance.core import layout
 from airflow_lance.core._proto import table_pb2
 from airflow_lance.core.errors import InvalidInputError, InvalidTypeError
 from airflow_lance.core.indices import ivf
@@ -94,7 +98,31 @@ def build_index_uncommitted(ds: LanceDataset, checked: CheckedIndex, seed: int |
 
 
 def check_params(ds: LanceDataset, params: Mapping[str, Any]) -> CheckedIndex:
-    """:func:`check_index` of a parameter mapping (``column``, ``index_type``, ``name``,
-    ``replace`` and :data:`VECTOR_ARGS`)."""
+    """:func:`check_index` of a job's parameter mapping (``column``, ``index_type``, ``name``,
+    ``replace`` and :data:`VECTOR_ARGS`; other keys ignored)."""
     return check_index(ds, params.get("column"), params.get("index_type"), params.get("name"),
                        bool(params.get("replace")), **{k: params.get(k) for k in VECTOR_ARGS})
+
+
+def index_uuid(index: table_pb2.IndexMetadata) -> str:
+    """The index's uuid as text (its ``_indices/{uuid}/`` folder)."""
+    return str(uuid_lib.UUID(bytes=index.uuid.uuid))
+
+
+def encode_index(index: table_pb2.IndexMetadata) -> str:
+    """An ``IndexMetadata`` as base64 text (for a staged job result)."""
+    return base64.b64encode(index.SerializeToString()).decode()
+
+
+def decode_index(text: str) -> table_pb2.IndexMetadata:
+    """The ``IndexMetadata`` :func:`encode_index` gave; InvalidInputError if it is malformed."""
+    try:
+        return table_pb2.IndexMetadata.FromString(base64.b64decode(text, validate=True))
+    except (ValueError, TypeError, DecodeError) as exc:
+        raise InvalidInputError(f"not an encoded IndexMetadata: {exc}") from None
+
+
+def missing_index_files(ds: LanceDataset, index: table_pb2.IndexMetadata) -> list[str]:
+    """The files of ``index`` (written, maybe not committed) that are not in ``ds``'s store."""
+    folder = layout.index_dir(index_uuid(index))
+    return [f"{folder}/{f.path}" for f in index.files if not ds.store.exists(f"{folder}/{f.path}")]
