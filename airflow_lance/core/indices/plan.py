@@ -20,9 +20,12 @@ from google.protobuf.message import DecodeError
 
 from airflow_lance.core import layout
 from airflow_lance.core._proto import table_pb2
-from airflow_lance.core.errors import InvalidInputError, InvalidTypeError
+from airflow_lance.core.errors import InvalidInputError, InvalidTypeError, UnsupportedFeatureError
 from airflow_lance.core.indices import ivf
+from airflow_lance.core.indices.create import PYLANCE_SCALAR_TYPES
+from airflow_lance.core.indices.create import SUPPORTED_TYPES as SUPPORTED_SCALAR_TYPES
 from airflow_lance.core.indices.create import check_scalar_index, index_files, read_column, resolve_name, write_index
+from airflow_lance.core.indices.vector import SUPPORTED_TYPES as SUPPORTED_VECTOR_TYPES
 from airflow_lance.core.indices.vector import (
     PYLANCE_VECTOR_TYPES,
     cap_partitions,
@@ -67,6 +70,11 @@ def check_index(ds: LanceDataset, column: Any, index_type: Any, name: str | None
     if not isinstance(index_type, str):
         raise InvalidTypeError(f"index_type must be a string, not {type(index_type).__name__}")
     given = {k: v for k, v in kwargs.items() if v is not None}
+    if not is_vector_type(index_type) and index_type.upper() not in PYLANCE_SCALAR_TYPES:
+        raise UnsupportedFeatureError(
+            f"unknown index type {index_type!r}: pylance's scalar types are {', '.join(PYLANCE_SCALAR_TYPES)}, "
+            f"its vector types {', '.join(PYLANCE_VECTOR_TYPES)} (built here: {', '.join(SUPPORTED_SCALAR_TYPES)}, "
+            f"{', '.join(SUPPORTED_VECTOR_TYPES)})")
     if is_vector_type(index_type):
         extra = {k: given[k] for k in ("sample_rate", "max_iters") if k in given}
         column, field_id, dim, params = check_vector_index(
