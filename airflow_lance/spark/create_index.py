@@ -44,6 +44,7 @@ from airflow_lance.spark.task_spec import TaskJobSpec
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+
 def _ipc(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
@@ -154,7 +155,7 @@ def build_vector(spark: SparkSession, spec: TaskJobSpec, ds: Any, params: ivf.Ve
     table = pa.concat_tables(parts).combine_chunks()
     width = table.schema.field("values").type.list_size
     values = table.column("values").combine_chunks().flatten().to_numpy(zero_copy_only=False).reshape(-1, width)
-    part = ivf.EncodedPart(table.column("partition").to_numpy().astype(np.int64), float(sum(l for l, _ in second)),
+    part = ivf.EncodedPart(table.column("partition").to_numpy().astype(np.int64), float(sum(loss for loss, _ in second)),
                            values)
     files = ivf.assemble(model, part, table.column("row_id").to_numpy())
     fragments = [int(f) for task in tasks for f in task]
