@@ -44,7 +44,8 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": ["airflow_lance.operators.spark_write", "airflow_lance.operators.kartothek",
                                    "airflow_lance.operators.maintenance",
                                    "airflow_lance.operators.spark_add_columns", "airflow_lance.operators.merge_insert",
-                                   "airflow_lance.operators.update", "airflow_lance.operators.delete"],
+                                   "airflow_lance.operators.update", "airflow_lance.operators.delete",
+                                   "airflow_lance.operators.create_index"],
             }
         ],
         "sensors": [{"integration-name": INTEGRATION, "python-modules": ["airflow_lance.sensors.version"]}],

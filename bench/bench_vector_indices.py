@@ -1,11 +1,12 @@
 """Vector index build benchmark: ``create_index`` ours vs pylance 14 on identical copies.
 
 Usage: python bench/bench_vector_indices.py [--rows 1000000] [--dim 128] [--partitions 256]
-       [--sub-vectors 16] [--types IVF_PQ,IVF_FLAT] [--reps 1] [--queries 100] [--nprobes 16]
+       [--sub-vectors 16] [--types IVF_PQ,IVF_FLAT] [--reps 1] [--queries 100] [--nprobes 16] [--spark]
 
 The source (Gaussian blobs, float32, 250k-row files) is written once by pylance and copied for every
 run; runs alternate ours and pylance. Prints the best build time of each, the ratio ours / pylance
 (target: <= 2) and recall@10 through each index at the same nprobes (exact neighbours by numpy).
+``--spark`` adds the operator's Spark job plus commit as a third side (see bench_indices.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 import airflow_lance.core as ours
+from bench_indices import spark_create_index, spark_session
 
 
 def _blobs(n: int, dim: int, seed: int) -> np.ndarray:
@@ -48,7 +50,9 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=1)
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--nprobes", type=int, default=16)
+    parser.add_argument("--spark", action="store_true")
     args = parser.parse_args()
+    spark = spark_session() if args.spark else None
     vectors = _blobs(args.rows, args.dim, 0)
     queries = _blobs(args.queries, args.dim, 1)
     norms = (vectors * vectors).sum(1)
@@ -64,21 +68,26 @@ def main() -> None:
             params = {"num_partitions": args.partitions}
             if index_type == "IVF_PQ":
                 params["num_sub_vectors"] = args.sub_vectors
-            best = {"ours": float("inf"), "pylance": float("inf")}
+            sides = [("ours", ours), ("pylance", pylance), *([("spark", None)] if spark else [])]
+            best = {name: float("inf") for name, _ in sides}
             recall = {}
             for rep in range(args.reps):
-                for name, lib in (("ours", ours), ("pylance", pylance)):
+                for name, lib in sides:
                     path = str(work / f"{name}-{rep}")
                     shutil.rmtree(path, ignore_errors=True)
                     shutil.copytree(source, path)
-                    ds = lib.dataset(path)
                     start = time.perf_counter()
-                    ds.create_index("vec", index_type, **params)
+                    if lib is None:
+                        spark_create_index(spark, path, {"column": "vec", "index_type": index_type, **params})
+                    else:
+                        lib.dataset(path).create_index("vec", index_type, **params)
                     best[name] = min(best[name], time.perf_counter() - start)
                     recall[name] = _recall(path, queries, truth, args.nprobes)
             print(f"{index_type} {args.rows}x{args.dim} {params}: ours {best['ours']:.2f} s, "
                   f"pylance {best['pylance']:.2f} s, ratio {best['ours'] / best['pylance']:.2f}; "
-                  f"recall@10 nprobes={args.nprobes}: ours {recall['ours']:.3f}, pylance {recall['pylance']:.3f}")
+                  f"recall@10 nprobes={args.nprobes}: ours {recall['ours']:.3f}, pylance {recall['pylance']:.3f}"
+                  + (f"; spark job + commit {best['spark']:.2f} s, ratio {best['spark'] / best['pylance']:.2f}, "
+                     f"recall {recall['spark']:.3f}" if spark else ""))
 
 
 if __name__ == "__main__":

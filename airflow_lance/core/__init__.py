@@ -36,6 +36,15 @@ from airflow_lance.core.evolution import BatchUDF, BatchUDFCheckpoint, batch_udf
 from airflow_lance.core.fragment import DataFile, DeletionFile, FragmentMetadata
 from airflow_lance.core.history import DEFAULT_IDEMPOTENCY_LOOKBACK, LandedSearch, find_landed_version
 from airflow_lance.core.indices import unindexed_rows
+from airflow_lance.core.indices.plan import (
+    CheckedIndex,
+    build_index_uncommitted,
+    check_index,
+    decode_index,
+    encode_index,
+    index_uuid,
+    missing_index_files,
+)
 from airflow_lance.core.kartothek import (
     KartothekError,
     KartothekImportPlan,
@@ -69,6 +78,13 @@ from airflow_lance.core.write import write_fragments
 
 __all__ = [
     "unindexed_rows",
+    "CheckedIndex",
+    "build_index_uncommitted",
+    "check_index",
+    "decode_index",
+    "encode_index",
+    "index_uuid",
+    "missing_index_files",
     "AddColumnsPlan",
     "AmbiguousMergeInsertError",
     "BatchUDF",

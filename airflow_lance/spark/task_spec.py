@@ -16,6 +16,9 @@ Kinds:
 * ``update`` / ``delete``: each task is a list of fragment ids; ``params`` hold the read
   version and ``updates`` + ``where`` (update) or ``predicate`` (delete); each result the
   task's part of the ``Update`` / ``Delete`` (:mod:`airflow_lance.spark.dml_tasks`).
+* ``create_index``: each task is a list of fragment ids; ``params`` hold the read version and
+  the index's parameters (``column``, ``index_type``, ``name``, ``replace``, ...); each result
+  ``{"num_rows": n}``, ``info`` the index written (:mod:`airflow_lance.spark.create_index`).
 * ``kartothek_import``: each task is a list of Kartothek partition labels; each result a
   ``PartitionsWritten`` (JSON). The driver plans the import again from ``params`` and
   refuses to write if the source changed since the operator planned it (the plan's
@@ -39,7 +42,7 @@ import pyarrow as pa
 
 from airflow_lance.spark.spec import JobSpecError, StagedResult, require, string_map
 
-TaskJobKind = Literal["compaction", "kartothek_import", "add_columns", "update", "delete"]
+TaskJobKind = Literal["compaction", "kartothek_import", "add_columns", "update", "delete", "create_index"]
 TASK_SPEC_VERSION = 1
 #: The key of a spec document that names a task job (write job specs do not have it).
 JOB_KEY = "job"
@@ -79,6 +82,14 @@ class TaskJobSpec:
             require(all(isinstance(t, Mapping) for t in self.tasks), "compaction tasks must be objects")
         elif self.kind == "add_columns":
             check_add_columns(self.tasks, self.params)
+        elif self.kind == "create_index":
+            version = self.params.get("read_version")
+            require(isinstance(version, int) and version > 0,
+                    f"read_version must be a positive integer, not {version!r}")
+            require(isinstance(self.params.get("column"), str) and isinstance(self.params.get("index_type"), str),
+                    "a create_index job needs params column and index_type")
+            require(all(isinstance(t, (list, tuple)) and all(isinstance(i, int) for i in t) for t in self.tasks),
+                    "create_index tasks must be lists of fragment ids")
         elif self.kind in DML_PARAMS:
             missing = [name for name in DML_PARAMS[self.kind] if name not in self.params]
             require(not missing, f"a{'n' if self.kind == 'update' else ''} {self.kind} job needs params {missing}")
@@ -157,6 +168,10 @@ class TaskJobSpec:
                     f"{len(self.tasks)} fragments of {self.uri} at version {self.params.get('read_version')}")
         if self.kind in DML_PARAMS:
             return (f"{self.kind} of {sum(len(t) for t in self.tasks)} fragments of {self.uri} at version "
+                    f"{self.params.get('read_version')} in {len(self.tasks)} Spark tasks")
+        if self.kind == "create_index":
+            return (f"{self.params.get('index_type')} index on {self.params.get('column')!r} over "
+                    f"{sum(len(t) for t in self.tasks)} fragments of {self.uri} at version "
                     f"{self.params.get('read_version')} in {len(self.tasks)} Spark tasks")
         labels = sum(len(t) for t in self.tasks)
         return (f"Kartothek import of {self.params.get('dataset_uuid')!r} table {self.params.get('table')!r} "

@@ -12,6 +12,7 @@ stages them. Nothing is committed here.
   ``PartitionsWritten`` JSON. If the driver finds the import already committed, nothing is
   written and ``info["already_imported_version"]`` says where it landed.
 * ``update`` / ``delete``: :mod:`airflow_lance.spark.dml_tasks`.
+* ``create_index``: :mod:`airflow_lance.spark.create_index`.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from airflow_lance.core import (
     write_kartothek_partitions,
 )
 from airflow_lance.spark.add_columns import run_add_columns
+from airflow_lance.spark.create_index import run_create_index
 from airflow_lance.spark.distributed import map_task_partitions, map_tasks
 from airflow_lance.spark.dml_tasks import run_delete, run_update
 from airflow_lance.spark.spec import JobSpecError
@@ -111,6 +113,7 @@ RUNNERS: dict[str, Callable[[SparkSession, TaskJobSpec], tuple[list[Any], dict[s
     "add_columns": run_add_columns,
     "update": run_update,
     "delete": run_delete,
+    "create_index": run_create_index,
 }
 
 

@@ -29,7 +29,8 @@ def test_example_dags_import_without_errors() -> None:
                                  "example_lance_maintenance", "example_lance_daily_pipeline",
                                  "example_lance_incremental_embeddings",
                                  "example_lance_add_columns",
-                                 "example_lance_merge_insert", "example_lance_update", "example_lance_delete"}
+                                 "example_lance_merge_insert", "example_lance_update", "example_lance_delete",
+                                 "example_lance_create_index"}
 
 
 @dataclasses.dataclass

@@ -106,15 +106,19 @@ def resolve_name(current: LanceDataset, column: str, field_id: int, index_type: 
     return name, existing
 
 
-def build_index(current: LanceDataset, column: str, field_id: int, index_type: str, name: str,
-                fragment_ids: Sequence[int] | None = None, dataset_version: int | None = None
-                ) -> table_pb2.IndexMetadata:
-    """Write the files of an index over ``column`` in ``fragment_ids`` (default: every fragment) of
-    ``current`` under a new ``_indices/{uuid}/`` and return its ``IndexMetadata``."""
+def reads_row_ids(current: LanceDataset, index_type: str) -> bool:
+    """Whether the index holds stable row ids (else row addresses): pylance 14 on datasets with
+    stable row ids: BTREE holds row addresses, BITMAP and LABEL_LIST the stable row ids (which
+    compaction keeps, so only BTREE is remapped then)."""
     stable = bool(current.manifest_file.manifest.reader_feature_flags & feature_flags.STABLE_ROW_IDS)
-    # pylance 14 on datasets with stable row ids: BTREE holds row addresses, BITMAP and LABEL_LIST
-    # hold the stable row ids (which compaction keeps, so only BTREE is remapped then).
-    by_id = stable and index_type != "BTREE"
+    return stable and index_type != "BTREE"
+
+
+def read_column(current: LanceDataset, column: str, index_type: str, fragment_ids: Sequence[int] | None = None
+                ) -> tuple[pa.Array, np.ndarray, list[int]]:
+    """The values of ``column`` in ``fragment_ids`` (default: every fragment; deleted rows left
+    out) with the row addresses (or ids, :func:`reads_row_ids`) the index holds, and the fragments read."""
+    by_id = reads_row_ids(current, index_type)
     fragments = list(current._fragments)
     if fragment_ids is not None:
         wanted = set(fragment_ids)
@@ -123,19 +127,30 @@ def build_index(current: LanceDataset, column: str, field_id: int, index_type: s
                             fragments=[current.get_fragment(f.id) for f in fragments]).to_table()
     values = table.column(column).combine_chunks()
     addrs = table.column("_rowid" if by_id else "_rowaddr").to_numpy().astype(np.uint64, copy=False)
+    return values, addrs, [f.id for f in fragments]
+
+
+def index_files(current: LanceDataset, index_type: str, values: pa.Array, addrs: np.ndarray
+                ) -> tuple[dict, str, int]:
+    """The files of a scalar index over ``values`` at ``addrs`` (any order), its type URL and version."""
+    stable = bool(current.manifest_file.manifest.reader_feature_flags & feature_flags.STABLE_ROW_IDS)
     if index_type == "BTREE":
-        files, type_url, version = btree.build(values, addrs), btree.TYPE_URL, btree.index_version(stable)
-    elif index_type == "BITMAP":
-        files, type_url, version = bitmap.build(values, addrs), bitmap.TYPE_URL, bitmap.INDEX_VERSION
-    else:
-        files, type_url, version = label_list.build(values, addrs), label_list.TYPE_URL, label_list.INDEX_VERSION
+        return btree.build(values, addrs), btree.TYPE_URL, btree.index_version(stable)
+    if index_type == "BITMAP":
+        return bitmap.build(values, addrs), bitmap.TYPE_URL, bitmap.INDEX_VERSION
+    return label_list.build(values, addrs), label_list.TYPE_URL, label_list.INDEX_VERSION
+
+
+def write_index(current: LanceDataset, field_id: int, name: str, files: dict, type_url: str, version: int,
+                fragment_ids: Sequence[int], dataset_version: int | None = None) -> table_pb2.IndexMetadata:
+    """Write ``files`` under a new ``_indices/{uuid}/`` and return the index's ``IndexMetadata``."""
     uuid = str(uuid_lib.uuid4())
     written = [write_index_file(current.store, uuid, file_name, data, current.data_storage_version)
                for file_name, data in files.items()]
     index = table_pb2.IndexMetadata(
         fields=[field_id], name=name,
         dataset_version=current.version if dataset_version is None else dataset_version,
-        fragment_bitmap=pyroaring.BitMap(f.id for f in fragments).serialize(),
+        fragment_bitmap=pyroaring.BitMap(fragment_ids).serialize(),
         index_version=version, created_at=int(time.time() * 1000), files=written,
     )
     index.uuid.uuid = uuid_lib.UUID(uuid).bytes
@@ -143,11 +158,37 @@ def build_index(current: LanceDataset, column: str, field_id: int, index_type: s
     return index
 
 
+def build_index(current: LanceDataset, column: str, field_id: int, index_type: str, name: str,
+                fragment_ids: Sequence[int] | None = None, dataset_version: int | None = None
+                ) -> table_pb2.IndexMetadata:
+    """Write the files of an index over ``column`` in ``fragment_ids`` (default: every fragment) of
+    ``current`` under a new ``_indices/{uuid}/`` and return its ``IndexMetadata``."""
+    values, addrs, fragments = read_column(current, column, index_type, fragment_ids)
+    files, type_url, version = index_files(current, index_type, values, addrs)
+    return write_index(current, field_id, name, files, type_url, version, fragments, dataset_version)
+
+
 def _build(current: LanceDataset, column: str, field_id: int, index_type: str, name: str | None,
            replace: bool) -> LanceOperation.CreateIndex:
     name, existing = resolve_name(current, column, field_id, index_type, name, replace)
     index = build_index(current, column, field_id, index_type, name)
     return LanceOperation.CreateIndex(new_indices=[index], removed_indices=existing)
+
+
+def check_scalar_index(dataset: LanceDataset, column: str, index_type: str, name: str | None, replace: bool
+                       ) -> tuple[str, int]:
+    """Every check of :func:`create_scalar_index` (nothing is written): the index type and the field id."""
+    kind = _index_type(index_type)
+    if not isinstance(column, str):
+        raise InvalidTypeError(f"column must be a string, not {type(column).__name__}")
+    if column not in dataset.schema.names:
+        raise ColumnNotFoundError(f"{column} not found in schema")
+    _check_type(column, dataset.schema.field(column).type, kind)
+    if name is not None and (not isinstance(name, str) or not name):
+        raise InvalidInputError(f"name must be a non-empty string, not {name!r}")
+    field_id = next(f.id for f in dataset.lance_schema.top_level() if f.name == column)
+    resolve_name(dataset, column, field_id, kind, name, replace)  # name errors before anything is written
+    return kind, field_id
 
 
 def create_scalar_index(
@@ -162,16 +203,7 @@ def create_scalar_index(
     for a column type the index cannot hold, UnsupportedFeatureError (NotImplementedError) for an
     unknown or not yet supported ``index_type``.
     """
-    kind = _index_type(index_type)
-    if not isinstance(column, str):
-        raise InvalidTypeError(f"column must be a string, not {type(column).__name__}")
-    if column not in dataset.schema.names:
-        raise ColumnNotFoundError(f"{column} not found in schema")
-    _check_type(column, dataset.schema.field(column).type, kind)
-    if name is not None and (not isinstance(name, str) or not name):
-        raise InvalidInputError(f"name must be a non-empty string, not {name!r}")
-    field_id = next(f.id for f in dataset.lance_schema.top_level() if f.name == column)
-    resolve_name(dataset, column, field_id, kind, name, replace)  # name errors before anything is written
+    kind, field_id = check_scalar_index(dataset, column, index_type, name, replace)
     dataset._commit_planned(
         lambda current: (_build(current, column, field_id, kind, name, replace), None), conflict_retries
     )

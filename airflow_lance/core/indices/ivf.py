@@ -103,20 +103,82 @@ def _fsl(values: np.ndarray, width: int, value_type: pa.DataType) -> pa.FixedSiz
     return pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1), value_type), width)
 
 
-def build(vectors: np.ndarray, row_ids: np.ndarray, params: VectorIndexParams,
-          rng: np.random.Generator) -> dict[str, IndexFileData]:
-    """The files of an IVF_FLAT/IVF_PQ over ``vectors`` (n x dim float32, finite) at ``row_ids``."""
-    n, dim = vectors.shape
-    if params.metric == "cosine":
-        vectors = normalize(vectors)
-    train_metric = "dot" if params.metric == "dot" else "l2"
+@dataclasses.dataclass
+class IvfModel:
+    """What training gives: the IVF centroids and (IVF_PQ) the PQ codebooks
+    (``num_sub_vectors x 2**num_bits x sub_dim``); with them any vectors can be assigned and
+    encoded independently (one fragment at a time on Spark executors)."""
+
+    params: VectorIndexParams
+    centroids: np.ndarray
+    codebooks: np.ndarray | None = None
+
+
+@dataclasses.dataclass
+class EncodedPart:
+    """Some vectors assigned and encoded: partition ids (int64), their distances' sum (the
+    k-means loss share) and the stored values (IVF_PQ: codes n x m uint8; IVF_FLAT: the vectors,
+    normalized for cosine)."""
+
+    labels: np.ndarray
+    loss: float
+    values: np.ndarray
+
+
+def prepare(vectors: np.ndarray, metric: str) -> np.ndarray:
+    """Vectors as indexed: L2-normalized for ``cosine``, else unchanged."""
+    return normalize(vectors) if metric == "cosine" else vectors
+
+
+def _train_metric(params: VectorIndexParams) -> str:
+    return "dot" if params.metric == "dot" else "l2"
+
+
+def train(vectors: np.ndarray, params: VectorIndexParams, rng: np.random.Generator
+          ) -> tuple[IvfModel, np.ndarray, np.ndarray]:
+    """Train IVF centroids (on ``num_partitions * sample_rate`` rows of ``vectors`` at most) and for
+    IVF_PQ the codebooks (on the residuals of ``vectors``); ``vectors`` are :func:`prepare`-d.
+    Returns the model and the labels and distances of ``vectors`` (reused by :func:`encode`)."""
+    n = len(vectors)
+    train_metric = _train_metric(params)
     k = params.num_partitions
     sample = vectors
     if n > k * params.sample_rate:
         sample = vectors[np.sort(rng.choice(n, size=k * params.sample_rate, replace=False))]
     centroids, _ = kmeans.train(sample, k, train_metric, rng, params.max_iters)
     labels, dists = kmeans.assign(vectors, centroids, train_metric)
-    loss = float(dists.sum())
+    codebooks = None
+    if params.index_type == "IVF_PQ":
+        assert params.num_sub_vectors is not None
+        residuals = vectors - centroids[labels] if pq.use_residual(params.metric) else vectors
+        codebooks = pq.train(residuals, params.num_sub_vectors, rng, params.num_bits, params.max_iters)
+    return IvfModel(params, centroids, codebooks), labels, dists
+
+
+def encode(vectors: np.ndarray, model: IvfModel, labels: np.ndarray | None = None,
+           dists: np.ndarray | None = None) -> EncodedPart:
+    """Assign :func:`prepare`-d ``vectors`` to partitions and encode them (labels/dists if known)."""
+    if labels is None or dists is None:
+        labels, dists = kmeans.assign(vectors, model.centroids, _train_metric(model.params))
+    if model.codebooks is None:
+        return EncodedPart(labels, float(dists.sum()), vectors)
+    residuals = vectors - model.centroids[labels] if pq.use_residual(model.params.metric) else vectors
+    return EncodedPart(labels, float(dists.sum()), pq.encode(residuals, model.codebooks))
+
+
+def build(vectors: np.ndarray, row_ids: np.ndarray, params: VectorIndexParams,
+          rng: np.random.Generator) -> dict[str, IndexFileData]:
+    """The files of an IVF_FLAT/IVF_PQ over ``vectors`` (n x dim float32, finite) at ``row_ids``."""
+    vectors = prepare(vectors, params.metric)
+    model, labels, dists = train(vectors, params, rng)
+    return assemble(model, encode(vectors, model, labels, dists), row_ids)
+
+
+def assemble(model: IvfModel, part: EncodedPart, row_ids: np.ndarray) -> dict[str, IndexFileData]:
+    """The files of the index from the encoded rows (in scan order) and their row ids."""
+    params, centroids = model.params, model.centroids
+    k, dim = centroids.shape
+    labels, loss = part.labels, part.loss
     order = np.argsort(labels, kind="stable")
     lengths = np.bincount(labels, minlength=k).astype(np.uint32)
     offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.uint64)[:-1]]).astype(np.uint64)
@@ -124,17 +186,15 @@ def build(vectors: np.ndarray, row_ids: np.ndarray, params: VectorIndexParams,
     global_buffers = [_ivf(offsets, lengths)]
     if params.index_type == "IVF_FLAT":
         column = pa.field("flat", pa.list_(pa.float32(), dim), nullable=False)
-        values = _fsl(vectors[order], dim, pa.float32())
+        values = _fsl(part.values[order], dim, pa.float32())
         storage = {"dim": dim}
     else:
         m = params.num_sub_vectors
-        assert m is not None
-        residuals = vectors - centroids[labels] if pq.use_residual(params.metric) else vectors
-        codebooks = pq.train(residuals, m, rng, params.num_bits, params.max_iters)
-        codes = pq.transpose_partitions(pq.encode(residuals[order], codebooks), lengths)
+        assert m is not None and model.codebooks is not None
+        codes = pq.transpose_partitions(part.values[order], lengths)
         column = pa.field("__pq_code", pa.list_(pa.uint8(), m))
         values = _fsl(codes, m, pa.uint8())
-        global_buffers.append(_tensor(pq.codebook_matrix(codebooks)).SerializeToString())
+        global_buffers.append(_tensor(pq.codebook_matrix(model.codebooks)).SerializeToString())
         storage = {"codebook_position": 2, "nbits": params.num_bits, "num_sub_vectors": m, "dimension": dim,
                    "codebook_tensor": [], "transposed": True}
     auxiliary = pa.table([ids, values], schema=pa.schema([pa.field("_rowid", pa.uint64()), column]))

@@ -127,10 +127,18 @@ def _params(dataset: LanceDataset, index_type: Any, metric: Any, num_partitions:
                                  num_bits, sample_rate, max_iters)
 
 
-def _vectors(current: LanceDataset, column: str, dim: int) -> tuple[np.ndarray, np.ndarray, list[int]]:
-    """The finite, non-null vectors of ``column`` with their row ids, and the fragments read."""
+def read_vectors(current: LanceDataset, column: str, dim: int, fragment_ids: list[int] | None = None
+                 ) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """The finite, non-null vectors of ``column`` with their row ids, and the fragments read
+    (``fragment_ids``, default every fragment)."""
     fragments = [f.id for f in current._fragments]
-    table = current.scanner(columns=[column], with_row_id=True).to_table()
+    if fragment_ids is None:
+        table = current.scanner(columns=[column], with_row_id=True).to_table()
+    else:
+        wanted = set(fragment_ids)
+        fragments = [f for f in fragments if f in wanted]
+        table = current.scanner(columns=[column], with_row_id=True,
+                                fragments=[current.get_fragment(f) for f in fragments]).to_table()
     values = table.column(column).combine_chunks()
     valid = values.is_valid()
     ids = table.column("_rowid").combine_chunks().filter(valid)
@@ -141,7 +149,7 @@ def _vectors(current: LanceDataset, column: str, dim: int) -> tuple[np.ndarray, 
     return vectors[finite], ids.to_numpy(zero_copy_only=False).astype(np.uint64)[finite], fragments
 
 
-def _partitions(params: ivf.VectorIndexParams, rows: int) -> ivf.VectorIndexParams:
+def cap_partitions(params: ivf.VectorIndexParams, rows: int) -> ivf.VectorIndexParams:
     """pylance 14 trains at most one partition per vector, and for IVF_PQ at most one per 256."""
     if params.index_type == "IVF_PQ" and rows < 2 ** params.num_bits:
         raise InvalidInputError(f"Not enough rows to train PQ. Requires {2 ** params.num_bits} rows but only "
@@ -156,17 +164,15 @@ def _partitions(params: ivf.VectorIndexParams, rows: int) -> ivf.VectorIndexPara
     return params
 
 
-def build_vector_index(current: LanceDataset, column: str, field_id: int, dim: int, params: ivf.VectorIndexParams,
-                       name: str) -> table_pb2.IndexMetadata:
-    """Write the files of the index under a new ``_indices/{uuid}/`` and return its ``IndexMetadata``."""
-    vectors, row_ids, fragments = _vectors(current, column, dim)
-    params = _partitions(params, len(vectors))
-    files = ivf.build(vectors, row_ids, params, np.random.default_rng())
+def write_vector_index(current: LanceDataset, field_id: int, name: str, params: ivf.VectorIndexParams,
+                       files: dict[str, Any], fragments: list[int],
+                       dataset_version: int | None = None) -> table_pb2.IndexMetadata:
+    """Write ``files`` (:func:`ivf.assemble`'s) under a new ``_indices/{uuid}/``; its ``IndexMetadata``."""
     uuid = str(uuid_lib.uuid4())
     written = [write_index_file(current.store, uuid, file_name, data, current.data_storage_version)
                for file_name, data in files.items()]
     index = table_pb2.IndexMetadata(
-        fields=[field_id], name=name, dataset_version=current.version,
+        fields=[field_id], name=name, dataset_version=current.version if dataset_version is None else dataset_version,
         fragment_bitmap=pyroaring.BitMap(fragments).serialize(),
         index_version=ivf.INDEX_VERSION, created_at=int(time.time() * 1000), files=written,
     )
@@ -174,6 +180,30 @@ def build_vector_index(current: LanceDataset, column: str, field_id: int, dim: i
     index.index_details.type_url = ivf.TYPE_URL
     index.index_details.value = ivf.details(params)
     return index
+
+
+def build_vector_index(current: LanceDataset, column: str, field_id: int, dim: int, params: ivf.VectorIndexParams,
+                       name: str) -> table_pb2.IndexMetadata:
+    """Write the files of the index under a new ``_indices/{uuid}/`` and return its ``IndexMetadata``."""
+    vectors, row_ids, fragments = read_vectors(current, column, dim)
+    params = cap_partitions(params, len(vectors))
+    files = ivf.build(vectors, row_ids, params, np.random.default_rng())
+    return write_vector_index(current, field_id, name, params, files, fragments)
+
+
+def check_vector_index(dataset: LanceDataset, column: Any, index_type: str, name: str | None, metric: str,
+                       replace: bool, num_partitions: int | None, num_sub_vectors: int | None,
+                       target_partition_size: int | None = None, **kwargs: Any
+                       ) -> tuple[str, int, int, ivf.VectorIndexParams]:
+    """Every check of :func:`create_index` (nothing is written): the column, its field id, the
+    dimension and the build's parameters."""
+    column, field_id, dim = _column(dataset, column)
+    params = _params(dataset, index_type, metric, num_partitions, num_sub_vectors, target_partition_size, dim,
+                     kwargs)
+    if name is not None and (not isinstance(name, str) or not name):
+        raise InvalidInputError(f"name must be a non-empty string, not {name!r}")
+    resolve_name(dataset, column, field_id, params.index_type, name, replace, ivf.TYPE_URL)
+    return column, field_id, dim, params
 
 
 def create_index(
@@ -191,12 +221,9 @@ def create_index(
     and pylance arguments not implemented here (given at other than their defaults);
     IndexExistsError (RuntimeError) for a taken name without ``replace``.
     """
-    column, field_id, dim = _column(dataset, column)
-    params = _params(dataset, index_type, metric, num_partitions, num_sub_vectors, target_partition_size, dim,
-                     kwargs)
-    if name is not None and (not isinstance(name, str) or not name):
-        raise InvalidInputError(f"name must be a non-empty string, not {name!r}")
-    resolve_name(dataset, column, field_id, params.index_type, name, replace, ivf.TYPE_URL)
+    column, field_id, dim, params = check_vector_index(dataset, column, index_type, name, metric, replace,
+                                                       num_partitions, num_sub_vectors, target_partition_size,
+                                                       **kwargs)
 
     def plan(current: LanceDataset) -> tuple[LanceOperation.CreateIndex, None]:
         index_name, existing = resolve_name(current, column, field_id, params.index_type, name, replace, ivf.TYPE_URL)

@@ -26,6 +26,7 @@ from typing import Any
 
 from airflow.providers.common.compat.sdk import DAG
 
+from airflow_lance.operators.create_index import LanceCreateIndexOperator
 from airflow_lance.operators.delete import LanceDeleteOperator
 from airflow_lance.operators.kartothek import KartothekToLanceOperator
 from airflow_lance.operators.maintenance import LanceCompactFilesOperator
@@ -131,6 +132,13 @@ with DAG("lance_test_spark_connect", **ARGS) as dag:
     update_fails = LanceUpdateOperator(task_id="update_fails", uri=f"{ROOT}/dml.lance",
                                        updates={"x": "CAST(name AS DOUBLE)"}, mode="spark", **common)
     update >> delete >> update_fails
+
+    # a scalar and a vector index built on the Connect server
+    index_btree = LanceCreateIndexOperator(task_id="index_btree", uri=f"{ROOT}/indexed.lance", column="x",
+                                           index_type="BTREE", mode="spark", **common)
+    index_vector = LanceCreateIndexOperator(task_id="index_vector", uri=f"{ROOT}/indexed.lance", column="vec",
+                                            index_type="IVF_FLAT", num_partitions=4, mode="spark", **common)
+    index_btree >> index_vector
 
     KartothekToLanceOperator(task_id="kartothek", store_uri=f"file://{KARTOTHEK_STORE}", dataset_uuid="two_keys",
                              target=f"{ROOT}/two_keys.lance", max_rows_per_file=1, num_partitions=3, verify=True,

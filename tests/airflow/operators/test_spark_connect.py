@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import lance as pylance
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -118,6 +119,10 @@ def _prepare_full(root: pathlib.Path) -> None:
     _with_oracle(root, "add_fails", _rows(0, 600).select(["id", "name"]), max_rows_per_file=300)
     _with_oracle(root, "dml", _rows(0, 1000), "id IN (3, 400, 999)", max_rows_per_file=300,
                  enable_stable_row_ids=True)
+    vectors = np.random.default_rng(0).normal(size=(1200, 8)).astype(np.float32)
+    _with_oracle(root, "indexed", _rows(0, 1200).append_column(
+        "vec", pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), 8)), "id % 7 = 2",
+        max_rows_per_file=400, enable_stable_row_ids=True)
 
 
 @pytest.fixture(scope="module")
@@ -301,6 +306,23 @@ def test_spark_update_and_delete_equal_pylances_and_a_failing_update_commits_not
     assert ours.version == theirs.version == 4  # written, a deletion, update, delete: the failing update nothing
     contents = [ds.to_table(with_row_id=True).sort_by("id").to_pydict() for ds in (ours, theirs)]
     assert contents[0] == contents[1]
+
+
+@pytest.mark.slow  # make stress
+def test_indices_built_on_the_connect_server_are_used_by_pylance(run: ConnectRun) -> None:
+    assert (run.states["index_btree"], run.states["index_vector"]) == ("success", "success"), run.log[-5000:]
+    ds = run.ours("indexed")
+    assert ds.version == 4
+    assert {(i.name, i.index_type, i.num_rows_indexed) for i in ds.describe_indices()} == {
+        ("x_idx", "BTree", ds.count_rows()), ("vec_idx", "IVF_FLAT", ds.count_rows())}
+    for where in ("x < 100", "x = 250.5", "x >= 590"):
+        assert ds.to_table(filter=where, columns=["id"]).sort_by("id") == ds.to_table(
+            filter=where, columns=["id"], use_scalar_index=False).sort_by("id")
+    table = ds.to_table(columns=["id", "vec"])
+    for row in (0, 500, 1000):  # a stored vector's nearest neighbour through the index is itself
+        found = ds.to_table(columns=["id"], nearest={"column": "vec", "q": table.column("vec")[row].values,
+                                                     "k": 1, "nprobes": 4})
+        assert found.column("id").to_pylist() == [table.column("id")[row].as_py()]
 
 
 @pytest.mark.slow  # make stress

@@ -1,0 +1,177 @@
+"""Index builds on Spark: the ``create_index`` task job (scalar and vector indices).
+
+Each Spark task gets a group of fragment ids of the dataset at the job's read version (the
+groups are contiguous, in fragment order, so the rows come back in the order a local build
+scans them). The driver checks the column and the parameters as the core's create does
+(nothing is written before), and:
+
+* scalar (BTREE, BITMAP, LABEL_LIST): each task reads its fragments' column with the row
+  addresses (or stable row ids) the index holds and sorts them into one run (index order:
+  nulls first, then by value, then by address); the runs come back as Arrow IPC and the driver
+  merges them and writes the index files (:func:`airflow_lance.core.indices.create.index_files`);
+* vector (IVF_FLAT, IVF_PQ): a first pass counts each task's finite non-null vectors and draws
+  a uniform sample of them; the driver draws the training sample from those (uniform over all
+  vectors: a multivariate hypergeometric split by task), trains the IVF centroids and PQ
+  codebooks (:func:`airflow_lance.core.indices.ivf.train`) and shares the model; a second pass
+  assigns and encodes each task's vectors (:func:`~airflow_lance.core.indices.ivf.encode`) and
+  sends back the partition ids, row ids and codes (or vectors) as Arrow IPC; the driver lays
+  out the files (:func:`~airflow_lance.core.indices.ivf.assemble`).
+
+The files go under a new ``_indices/<uuid>/``; the staged result holds one
+``{"num_rows": n}`` per task and ``info``: the index's ``IndexMetadata`` (base64 protobuf),
+its name, uuid and type and the rows indexed. The operator commits one ``CreateIndex`` at the
+read version. Nothing is committed here.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from airflow_lance.core import dataset
+from airflow_lance.core.indices import ivf
+from airflow_lance.core.indices.create import index_files, read_column, write_index
+from airflow_lance.core.indices.plan import check_params, encode_index
+from airflow_lance.core.indices.sort import sort_order
+from airflow_lance.core.indices.vector import cap_partitions, read_vectors, write_vector_index
+from airflow_lance.spark.distributed import map_tasks, share, unshare
+from airflow_lance.spark.task_spec import TaskJobSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def _ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def _table(data: bytes) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+
+
+def _open(uri: str, storage_options: Mapping[str, str], params: Mapping[str, Any]) -> Any:
+    return dataset(uri, int(params["read_version"]), storage_options=dict(storage_options))
+
+
+# -- scalar ---------------------------------------------------------------------------------------
+def sorted_run(fragment_ids: Sequence[int], *, uri: str, storage_options: Mapping[str, str],
+               params: Mapping[str, Any], index_type: str) -> bytes:
+    """Executor side: the indexed values and row addresses of ``fragment_ids`` in index order
+    (LABEL_LIST: in scan order, its lists are not ordered), as Arrow IPC."""
+    ds = _open(uri, storage_options, params)
+    values, addrs, _ = read_column(ds, params["column"], index_type, list(fragment_ids))
+    if index_type != "LABEL_LIST" and len(addrs):
+        order = sort_order(values, addrs)
+        values, addrs = values.take(pa.array(order)), addrs[order]
+    return _ipc(pa.table({"values": values, "addrs": pa.array(addrs, pa.uint64())}))
+
+
+def build_scalar(spark: SparkSession, spec: TaskJobSpec, ds: Any, index_type: str, field_id: int,
+                 name: str) -> tuple[list[Any], Any, int]:
+    run = functools.partial(sorted_run, uri=spec.uri, storage_options=dict(spec.storage_options),
+                            params=dict(spec.params), index_type=index_type)
+    runs = [_table(data) for data in map_tasks(spark, [list(t) for t in spec.tasks], run)]
+    merged = pa.concat_tables(runs).combine_chunks()
+    values = merged.column("values").combine_chunks()
+    addrs = merged.column("addrs").to_numpy().astype(np.uint64, copy=False)
+    files, type_url, version = index_files(ds, index_type, values, addrs)
+    fragments = [int(f) for task in spec.tasks for f in task]
+    index = write_index(ds, field_id, name, files, type_url, version, fragments)
+    return [{"num_rows": t.num_rows} for t in runs], index, len(addrs)
+
+
+# -- vector ---------------------------------------------------------------------------------------
+def count_and_sample(fragment_ids: Sequence[int], *, uri: str, storage_options: Mapping[str, str],
+                     params: Mapping[str, Any], dim: int, size: int, seed: int | None) -> tuple[int, bytes]:
+    """Executor side, first pass: (finite non-null vectors in ``fragment_ids``, a uniform sample of at
+    most ``size`` of them as float32 row-major bytes)."""
+    ds = _open(uri, storage_options, params)
+    vectors, _, _ = read_vectors(ds, params["column"], dim, list(fragment_ids))
+    count = len(vectors)
+    rng = np.random.default_rng(None if seed is None else [int(seed), *[int(f) for f in fragment_ids[:1]]])
+    if count > size:
+        vectors = vectors[np.sort(rng.choice(count, size=size, replace=False))]
+    return count, np.ascontiguousarray(vectors, np.float32).tobytes()
+
+
+def encode_vectors(fragment_ids: Sequence[int], *, uri: str, storage_options: Mapping[str, str],
+                   params: Mapping[str, Any], dim: int, model: Any) -> tuple[float, bytes]:
+    """Executor side, second pass: the vectors of ``fragment_ids`` assigned and encoded against the
+    shared model: (their loss, Arrow IPC of partition ids, row ids and codes or vectors)."""
+    trained: ivf.IvfModel = model.value
+    ds = _open(uri, storage_options, params)
+    vectors, row_ids, _ = read_vectors(ds, params["column"], dim, list(fragment_ids))
+    part = ivf.encode(ivf.prepare(vectors, trained.params.metric), trained)
+    width = part.values.shape[1] if part.values.ndim == 2 else dim
+    value_type = pa.float32() if trained.codebooks is None else pa.uint8()
+    values = pa.FixedSizeListArray.from_arrays(pa.array(np.ascontiguousarray(part.values).reshape(-1), value_type),
+                                               width)
+    return part.loss, _ipc(pa.table({"partition": pa.array(part.labels.astype(np.uint32)),
+                                     "row_id": pa.array(row_ids, pa.uint64()), "values": values}))
+
+
+def training_sample(counts: Sequence[int], samples: Sequence[np.ndarray], size: int,
+                    rng: np.random.Generator) -> np.ndarray:
+    """A uniform sample of ``size`` of all vectors (at most all of them) from the tasks' uniform samples:
+    how many come from each task is multivariate hypergeometric in the tasks' counts."""
+    total = int(sum(counts))
+    take = rng.multivariate_hypergeometric(np.asarray(counts, np.int64), min(size, total)) if total else counts
+    parts = [sample[np.sort(rng.choice(len(sample), size=int(n), replace=False))] if n < len(sample) else sample
+             for sample, n in zip(samples, take) if n]
+    return np.concatenate(parts) if parts else np.zeros((0, samples[0].shape[1] if samples else 0), np.float32)
+
+
+def build_vector(spark: SparkSession, spec: TaskJobSpec, ds: Any, params: ivf.VectorIndexParams, field_id: int,
+                 dim: int, name: str) -> tuple[list[Any], Any, int]:
+    seed = spec.params.get("seed")
+    rng = np.random.default_rng(seed)
+    tasks = [list(t) for t in spec.tasks]
+    options = dict(spec.storage_options)
+    # rows the training needs: IVF samples num_partitions * sample_rate rows, PQ 256 * 256 (of the residuals)
+    size = params.num_partitions * params.sample_rate
+    if params.index_type == "IVF_PQ":
+        size = max(size, 256 * 2 ** params.num_bits)
+    first = map_tasks(spark, tasks, functools.partial(count_and_sample, uri=spec.uri, storage_options=options,
+                                                      params=dict(spec.params), dim=dim, size=size, seed=seed))
+    counts = [count for count, _ in first]
+    samples = [np.frombuffer(data, np.float32).reshape(-1, dim) for _, data in first]
+    params = cap_partitions(params, int(sum(counts)))
+    sample = ivf.prepare(training_sample(counts, samples, size, rng), params.metric)
+    model, _, _ = ivf.train(sample, params, rng)
+    shared = share(spark, model)
+    try:
+        second = map_tasks(spark, tasks, functools.partial(encode_vectors, uri=spec.uri, storage_options=options,
+                                                           params=dict(spec.params), dim=dim, model=shared))
+    finally:
+        unshare(shared)
+    parts = [_table(data) for _, data in second]
+    table = pa.concat_tables(parts).combine_chunks()
+    width = table.schema.field("values").type.list_size
+    values = table.column("values").combine_chunks().flatten().to_numpy(zero_copy_only=False).reshape(-1, width)
+    part = ivf.EncodedPart(table.column("partition").to_numpy().astype(np.int64), float(sum(loss for loss, _ in second)),
+                           values)
+    files = ivf.assemble(model, part, table.column("row_id").to_numpy())
+    fragments = [int(f) for task in tasks for f in task]
+    index = write_vector_index(ds, field_id, name, params, files, fragments)
+    return [{"num_rows": t.num_rows} for t in parts], index, table.num_rows
+
+
+def run_create_index(spark: SparkSession, spec: TaskJobSpec) -> tuple[list[Any], dict[str, Any]]:
+    """Build the index over the tasks' fragments: files written, nothing committed."""
+    ds = _open(spec.uri, spec.storage_options, spec.params)
+    checked = check_params(ds, spec.params)
+    if checked.vector is not None:
+        assert checked.dim is not None
+        results, index, rows = build_vector(spark, spec, ds, checked.vector, checked.field_id, checked.dim,
+                                            checked.name)
+    else:
+        results, index, rows = build_scalar(spark, spec, ds, checked.index_type, checked.field_id, checked.name)
+    return results, {"index": encode_index(index), "name": checked.name,
+                     "index_type": checked.index_type, "num_indexed_rows": int(rows)}
