@@ -325,9 +325,10 @@ def _split(current: LanceDataset, column: str, segments: Sequence[table_pb2.Inde
            ) -> tuple[list, np.ndarray]:
     """Split the large partitions as pylance 14 does: k-means (``ways`` centroids) over each one's
     live rows; the first new centroid takes the partition's place, the others are appended (split
-    partitions in index order). Its rows go to the nearest of its new centroids and the 64 other
-    partitions nearest its old centroid; rows of those neighbours move to a new centroid nearer
-    than their own. Moved rows are re-encoded; every other row stays as it is."""
+    partitions in index order). Its live rows go to the nearest of its new centroids and the 64
+    other partitions nearest its old centroid; those neighbours are rebuilt from their live rows
+    (deleted ones leave, all re-encoded), each moving to a new centroid nearer than its own. The
+    rebuilt partitions hold their rows by row id; the other partitions stay as they are."""
     metric = _metric(details)
     train_metric = "dot" if metric == "dot" else "l2"
     labels = np.concatenate([p[0] for p in parts]).astype(np.int64)
@@ -380,7 +381,7 @@ def _split(current: LanceDataset, column: str, segments: Sequence[table_pb2.Inde
         near = others[np.argsort(dists, kind="stable")[:REASSIGN_RANGE]]
         for q in near.tolist():
             neighbours.setdefault(q, []).extend(new.tolist())
-        where, rid, vectors = live(labels == p)
+        _, rid, vectors = live(labels == p)
         drop |= labels == p  # deleted rows of a split partition leave the index
         candidates = np.concatenate([new, near])
         local, _ = kmeans.assign(vectors, centroids[candidates], train_metric)
@@ -389,16 +390,13 @@ def _split(current: LanceDataset, column: str, segments: Sequence[table_pb2.Inde
         out_vectors.append(vectors)
     for q, new in sorted(neighbours.items()):
         new = np.asarray(sorted(set(new)))
-        where, rid, vectors = live(labels == q)
-        if not len(where):
-            continue
+        _, rid, vectors = live(labels == q)
+        drop |= labels == q  # pylance 14 rebuilds a neighbour from its live rows (deleted ones leave)
         _, own = kmeans.assign(vectors, centroids[[q]], train_metric)
         nearest, other = kmeans.assign(vectors, centroids[new], train_metric)
-        moved = other < own
-        drop[where[moved]] = True
-        out_labels.append(new[nearest[moved]])
-        out_ids.append(rid[moved])
-        out_vectors.append(vectors[moved])
+        out_labels.append(np.where(other < own, new[nearest], q))
+        out_ids.append(rid)
+        out_vectors.append(vectors)
     keep = ~drop
     result = [(labels[keep], ids[keep], payload[keep])]
     if out_ids:
