@@ -7,7 +7,16 @@ for l2/cosine). Then, with ``num_indices_to_merge`` (pylance 14 observed):
 
 * ``0``: a *delta* segment over only those rows: same centroids, codebook, details and
   metadata, ``dataset_version`` the version it was built on;
-* ``None`` (default): the same delta, unless some partition holds fewer than 25% of the target
+* ``None`` (default): the same delta, unless some partition holds more than 4x the target
+  partition size (IVF_FLAT 4096, IVF_PQ 8192 rows; stored rows of every segment, deleted ones
+  included, plus the added rows): then every such partition is *split* into ceil(rows / target)
+  by k-means over its live rows (cosine: normalized; dot: unit centroids), the first new centroid
+  in its place, the others appended (split partitions in index order); its live rows go to the
+  nearest of its new centroids and the 64 partitions nearest its old centroid, and those
+  neighbours are rebuilt from their live rows (deleted ones leave, PQ codes re-encoded, rows
+  nearer a new centroid move there); rebuilt partitions hold their rows by row id, every segment
+  is merged into one (``dataset_version`` of the oldest) and nothing is joined. Otherwise, where
+  some partition holds fewer than 25% of the target
   partition size (IVF_FLAT 4096, IVF_PQ 8192) counting every segment's stored rows (deleted ones
   included) and the added rows: then those partitions are *joined* (at least the largest one
   stays): their centroids are dropped and their live rows (stored ones, then the added ones,
@@ -21,8 +30,8 @@ for l2/cosine). Then, with ``num_indices_to_merge`` (pylance 14 observed):
 * ``retrain=True``: the index is rebuilt over every fragment (same metric and PQ shape, the
   default partition count for the rows now there), replacing every segment.
 
-The ``index.idx`` loss is the new rows' assignment loss. Not done: pylance's split of a
-partition grown past 4x the target size (the rows are added to it).
+The ``index.idx`` loss is the new rows' assignment loss against the old centroids (also after
+a split or join). ``num_indices_to_merge`` ``0`` or ``n`` never split nor join (pylance 14).
 """
 
 from __future__ import annotations
