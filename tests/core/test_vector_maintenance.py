@@ -413,7 +413,8 @@ def test_optimize_indices_splits_a_grown_partition_as_pylance(tmp_path, kind, me
         live = pylance.dataset(ours).to_table(columns=["id", "vec"])
         ids, x = live["id"].to_numpy(), np.stack(live["vec"].to_numpy(zero_copy_only=False)).astype(np.float64)
         for q in _blobs([3, 3, 2], 7):
-            got = pylance.dataset(ours).to_table(nearest={"column": "vec", "q": q, "k": K, "nprobes": k}, columns=["id"])
+            got = pylance.dataset(ours).to_table(nearest={"column": "vec", "q": q, "k": K, "nprobes": k},
+                                                 columns=["id"])
             assert got["id"].to_numpy().tolist() == ids[np.argsort(((x - q) ** 2).sum(1), kind="stable")[:K]].tolist()
     lance.dataset(ours).insert(rows(0, 50).set_column(0, "id", pa.array(np.arange(50, dtype=np.int64) + 10**6)))
     pylance.dataset(ours).optimize.optimize_indices(num_indices_to_merge=1)  # pylance carries on after ours
