@@ -343,10 +343,10 @@ def _blobs(sizes: list[int], seed: int, stretch: float = 1.0) -> np.ndarray:
                            for i, n in enumerate(sizes)]).astype(np.float32)
 
 
-@pytest.mark.parametrize(("kind", "metric", "builder", "grown"), [("IVF_FLAT", "l2", "pylance", 17_000),
-                                                                   ("IVF_PQ", "cosine", "ours", 33_000),
-                                                                   ("IVF_PQ", "dot", "pylance", 33_000)])
-def test_optimize_indices_splits_a_grown_partition_as_pylance(tmp_path, kind, metric, builder, grown):
+@pytest.mark.parametrize(("kind", "metric", "builder", "grown", "stable"), [
+    ("IVF_FLAT", "l2", "pylance", 17_000, False), ("IVF_PQ", "cosine", "ours", 33_000, True),
+    ("IVF_PQ", "dot", "pylance", 33_000, False)])
+def test_optimize_indices_splits_a_grown_partition_as_pylance(tmp_path, kind, metric, builder, grown, stable):
     """A partition grown past 4x the target size (IVF_FLAT 4096, IVF_PQ 8192 rows) is split by the
     default optimize_indices, as pylance 14 does: into ceil(rows / target) partitions by k-means,
     the first keeping its id, the others appended; the other partitions (under a quarter of the
@@ -360,7 +360,7 @@ def test_optimize_indices_splits_a_grown_partition_as_pylance(tmp_path, kind, me
         return pa.table({"id": np.arange(start, stop, dtype=np.int64), "vec": pa.FixedSizeListArray.from_arrays(
             pa.array(vectors[start:stop].reshape(-1)), SPLIT_DIM)})
 
-    pylance.write_dataset(rows(0, 1800), ours)
+    pylance.write_dataset(rows(0, 1800), ours, enable_stable_row_ids=stable)
     params = {"num_partitions": 3} | ({"num_sub_vectors": 2} if kind == "IVF_PQ" else {})
     if builder == "ours":
         lance.dataset(ours).create_index("vec", kind, metric=metric, **params)
