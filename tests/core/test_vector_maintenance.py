@@ -94,8 +94,8 @@ def _recall(uri: str, metric: str, nprobes: int, queries: np.ndarray) -> float:
                           for q in queries]))
 
 
-def _uses_index(uri: str, metric: str) -> bool:
-    plan = pylance.dataset(uri).scanner(nearest={"column": "vec", "q": VECTORS[1], "k": K, "metric": metric}
+def _uses_index(uri: str, metric: str, q: np.ndarray = VECTORS[1]) -> bool:
+    plan = pylance.dataset(uri).scanner(nearest={"column": "vec", "q": q, "k": K, "metric": metric}
                                         ).explain_plan()
     return "ANNIvfPartition" in plan and "KNNVectorDistance" not in plan  # no flat search over unindexed rows
 
@@ -328,3 +328,94 @@ def test_float16_vector_index_compacts_but_is_not_optimized(tmp_path):
                                         columns=["id"])["id"].to_numpy()
     x = half[live].astype(np.float64)
     assert got.tolist() == live[np.argsort(((x - half[4].astype(np.float64)) ** 2).sum(1), kind="stable")[:K]].tolist()
+
+
+SPLIT_DIM = 8
+SPLIT_CENTERS = np.array([[8.0] * 8, [-8.0] * 8, [8.0] * 4 + [-8.0] * 4], np.float32)
+
+
+def _blobs(sizes: list[int], seed: int, stretch: float = 1.0) -> np.ndarray:
+    """Rows around the three centres (the first blob stretched along the first axis)."""
+    rng = np.random.default_rng(seed)
+    scale = np.ones(SPLIT_DIM, np.float32)
+    scale[0] = stretch
+    return np.concatenate([rng.normal(size=(n, SPLIT_DIM)) * (scale if i == 0 else 1) + SPLIT_CENTERS[i]
+                           for i, n in enumerate(sizes)]).astype(np.float32)
+
+
+@pytest.mark.parametrize(("kind", "metric", "builder", "grown", "stable"), [
+    ("IVF_FLAT", "l2", "pylance", 17_000, False), ("IVF_PQ", "cosine", "ours", 33_000, True),
+    ("IVF_PQ", "dot", "pylance", 33_000, False)])
+def test_optimize_indices_splits_a_grown_partition_as_pylance(tmp_path, kind, metric, builder, grown, stable):
+    """A partition grown past 4x the target size (IVF_FLAT 4096, IVF_PQ 8192 rows) is split by the
+    default optimize_indices, as pylance 14 does: into ceil(rows / target) partitions by k-means,
+    the first keeping its id, the others appended; the other partitions (under a quarter of the
+    target: a split comes before any join) and their rows stay; all segments merge into one. The
+    k-means differs (random): compared are the partition count, the unsplit partitions (rows,
+    vectors or codes, centroids), the rows of the split one as a whole, each row's nearest centroid."""
+    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
+    vectors = np.concatenate([_blobs([600, 600, 600], 0), _blobs([100, 100, 100], 1), _blobs([grown, 0, 0], 2, 3.0)])
+
+    def rows(start: int, stop: int) -> pa.Table:
+        return pa.table({"id": np.arange(start, stop, dtype=np.int64), "vec": pa.FixedSizeListArray.from_arrays(
+            pa.array(vectors[start:stop].reshape(-1)), SPLIT_DIM)})
+
+    pylance.write_dataset(rows(0, 1800), ours, enable_stable_row_ids=stable)
+    params = {"num_partitions": 3} | ({"num_sub_vectors": 2} if kind == "IVF_PQ" else {})
+    if builder == "ours":
+        lance.dataset(ours).create_index("vec", kind, metric=metric, **params)
+    else:  # given centroids: one per blob (pylance's k-means may put two in one blob)
+        unit = SPLIT_CENTERS / np.linalg.norm(SPLIT_CENTERS, axis=1, keepdims=True)
+        pylance.dataset(ours).create_index("vec", kind, metric=metric, ivf_centroids=unit if metric == "dot" else
+                                           SPLIT_CENTERS, **params)
+    lance.dataset(ours).insert(rows(1800, 2100))
+    lance.dataset(ours).optimize_indices(num_indices_to_merge=0)  # a delta segment
+    lance.dataset(ours).insert(rows(2100, len(vectors)))
+    lance.dataset(ours).delete("id < 2100 AND id % 9 = 0")  # the index still lists these rows
+    shutil.copytree(ours, theirs)
+    [old, _] = [_load(lance.dataset(ours).store, i) for i in user_indices(lance.dataset(ours).manifest_file)]
+    lance.dataset(ours).optimize_indices()
+    pylance.dataset(theirs).optimize.optimize_indices()
+    results = []
+    for uri in (ours, theirs):
+        ds = lance.dataset(uri)
+        [index] = [i for i in user_indices(ds.manifest_file) if i.index_details.type_url == ivf.TYPE_URL]
+        segment = _load(ds.store, index)
+        results.append((index.dataset_version, sorted(fragment_bitmap(index)), segment))
+    (version, fragments, mine), (their_version, their_fragments, expected) = results
+    assert (version, fragments) == (their_version, their_fragments) == (1, [0, 1, 2])
+    split = int(np.argmax(old.centroids @ SPLIT_CENTERS[0] / np.linalg.norm(old.centroids, axis=1)))  # the grown one
+    k = len(mine.centroids)
+    assert k == len(expected.centroids) > 3  # ceil(rows / target) partitions in place of the grown one
+    group = [split] + list(range(3, k))
+    for p in range(3):
+        if p != split:  # rebuilt from the live rows (re-encoded), none moved here
+            assert mine.ids[mine.labels == p].tolist() == expected.ids[expected.labels == p].tolist()
+            assert mine.payload[mine.labels == p].tobytes() == expected.payload[expected.labels == p].tobytes()
+            assert mine.centroids[p].tobytes() == expected.centroids[p].tobytes() == old.centroids[p].tobytes()
+    assert sorted(mine.ids[np.isin(mine.labels, group)]) == sorted(expected.ids[np.isin(expected.labels, group)])
+    assert np.bincount(mine.labels, minlength=k).min() > 0
+    table = pylance.dataset(ours).to_table(columns=["vec"], with_row_id=True)
+    where = np.argsort(table["_rowid"].to_numpy())
+    stored = np.stack(table["vec"].to_numpy(zero_copy_only=False))[where]
+    x = stored[np.searchsorted(table["_rowid"].to_numpy()[where], mine.ids)]
+    if metric == "cosine":
+        x = x / np.linalg.norm(x, axis=1, keepdims=True)
+    if metric == "dot":
+        nearest = (x @ mine.centroids.T).argmax(1)
+    else:
+        nearest = ((x[:, None] - mine.centroids[None]) ** 2).sum(-1).argmin(1)
+    assert (nearest == mine.labels).mean() > 0.999  # each row in its nearest partition (float ties aside)
+    loss = [s.index_message.loss for s in (mine, expected)]
+    assert loss[0] == pytest.approx(loss[1], rel=1e-5)  # the new rows' loss against the old centroids
+    assert _uses_index(ours, metric, vectors[1])
+    if kind == "IVF_FLAT":
+        live = pylance.dataset(ours).to_table(columns=["id", "vec"])
+        ids, x = live["id"].to_numpy(), np.stack(live["vec"].to_numpy(zero_copy_only=False)).astype(np.float64)
+        for q in _blobs([3, 3, 2], 7):
+            got = pylance.dataset(ours).to_table(nearest={"column": "vec", "q": q, "k": K, "nprobes": k},
+                                                 columns=["id"])
+            assert got["id"].to_numpy().tolist() == ids[np.argsort(((x - q) ** 2).sum(1), kind="stable")[:K]].tolist()
+    lance.dataset(ours).insert(rows(0, 50).set_column(0, "id", pa.array(np.arange(50, dtype=np.int64) + 10**6)))
+    pylance.dataset(ours).optimize.optimize_indices(num_indices_to_merge=1)  # pylance carries on after ours
+    assert _uses_index(ours, metric, vectors[1])

@@ -7,7 +7,16 @@ for l2/cosine). Then, with ``num_indices_to_merge`` (pylance 14 observed):
 
 * ``0``: a *delta* segment over only those rows: same centroids, codebook, details and
   metadata, ``dataset_version`` the version it was built on;
-* ``None`` (default): the same delta, unless some partition holds fewer than 25% of the target
+* ``None`` (default): the same delta, unless some partition holds more than 4x the target
+  partition size (IVF_FLAT 4096, IVF_PQ 8192 rows; stored rows of every segment, deleted ones
+  included, plus the added rows): then every such partition is *split* into ceil(rows / target)
+  by k-means over its live rows (cosine: normalized; dot: unit centroids), the first new centroid
+  in its place, the others appended (split partitions in index order); its live rows go to the
+  nearest of its new centroids and the 64 partitions nearest its old centroid, and those
+  neighbours are rebuilt from their live rows (deleted ones leave, PQ codes re-encoded, rows
+  nearer a new centroid move there); rebuilt partitions hold their rows by row id, every segment
+  is merged into one (``dataset_version`` of the oldest) and nothing is joined. Otherwise, where
+  some partition holds fewer than 25% of the target
   partition size (IVF_FLAT 4096, IVF_PQ 8192) counting every segment's stored rows (deleted ones
   included) and the added rows: then those partitions are *joined* (at least the largest one
   stays): their centroids are dropped and their live rows (stored ones, then the added ones,
@@ -21,8 +30,8 @@ for l2/cosine). Then, with ``num_indices_to_merge`` (pylance 14 observed):
 * ``retrain=True``: the index is rebuilt over every fragment (same metric and PQ shape, the
   default partition count for the rows now there), replacing every segment.
 
-The ``index.idx`` loss is the new rows' assignment loss. Not done: pylance's split of a
-partition grown past 4x the target size (the rows are added to it).
+The ``index.idx`` loss is the new rows' assignment loss against the old centroids (also after
+a split or join). ``num_indices_to_merge`` ``0`` or ``n`` never split nor join (pylance 14).
 """
 
 from __future__ import annotations
@@ -282,6 +291,133 @@ def _join(current: LanceDataset, column: str, segments: Sequence[table_pb2.Index
     return out, centroids
 
 
+#: pylance 14 splits a partition holding more rows than this factor times the target partition size.
+MAX_PARTITION_SIZE_FACTOR = 4
+#: Rows per new centroid the split's k-means trains on at most.
+SPLIT_SAMPLE_PER_CENTROID = 256
+
+
+def _counts(loaded: Sequence[_Segment], new_labels: np.ndarray) -> np.ndarray:
+    """Rows per partition: every segment's stored rows (deleted ones included) plus the added ones."""
+    k = loaded[0].centroids.shape[0]
+    counts = np.bincount(new_labels, minlength=k)
+    for segment in loaded:
+        counts = counts + np.bincount(segment.labels, minlength=k)
+    return counts
+
+
+def _large_partitions(loaded: Sequence[_Segment], new_labels: np.ndarray,
+                      details: index_pb2.VectorIndexDetails) -> dict[int, int] | None:
+    """{partition: ways} for every partition pylance 14 splits (more than 4x the target size,
+    counted as for joins), split into ceil(rows / target) partitions; or None."""
+    kind = "IVF_PQ" if details.WhichOneof("compression") == "pq" else "IVF_FLAT"
+    target = TARGET_PARTITION_SIZE[kind]
+    counts = _counts(loaded, new_labels)
+    large = np.flatnonzero(counts > MAX_PARTITION_SIZE_FACTOR * target)
+    return {int(p): int(-(-int(counts[p]) // target)) for p in large} or None
+
+
+def _payload(base: _Segment, details: index_pb2.VectorIndexDetails, metric: str, vectors: np.ndarray,
+             labels: np.ndarray, centroids: np.ndarray) -> np.ndarray:
+    """Stored form of (already normalized for cosine) ``vectors`` in partitions ``labels``."""
+    if details.WhichOneof("compression") != "pq":
+        return vectors.astype(np.float32, copy=False)
+    m = details.pq.num_sub_vectors
+    if pq.use_residual(metric):
+        return pq.encode(vectors - centroids[labels], _codebooks(base, m))
+    codes, _ = kmeans.assign_batched(pq._split(vectors, m), _codebooks(base, m), "dot")
+    return np.ascontiguousarray(codes.T, dtype=np.uint8)
+
+
+def _split(current: LanceDataset, column: str, segments: Sequence[table_pb2.IndexMetadata], base: _Segment,
+           details: index_pb2.VectorIndexDetails, parts: list, large: dict[int, int]
+           ) -> tuple[list, np.ndarray]:
+    """Split the large partitions as pylance 14 does: k-means (``ways`` centroids) over each one's
+    live rows; the first new centroid takes the partition's place, the others are appended (split
+    partitions in index order). Its live rows go to the nearest of its new centroids and the 64
+    other partitions nearest its old centroid; those neighbours are rebuilt from their live rows
+    (deleted ones leave, all re-encoded), each moving to a new centroid nearer than its own. The
+    rebuilt partitions hold their rows by row id; the other partitions stay as they are."""
+    metric = _metric(details)
+    train_metric = "dot" if metric == "dot" else "l2"
+    labels = np.concatenate([p[0] for p in parts]).astype(np.int64)
+    ids = np.concatenate([p[1] for p in parts]).astype(np.uint64)
+    payload = np.concatenate([p[2] for p in parts])
+    old = base.centroids
+    k = old.shape[0]
+    split_mask = np.zeros(k, bool)
+    split_mask[list(large)] = True
+    all_vectors, all_ids = _new_rows(current, column, sorted(f.id for f in current._fragments), old.shape[1])
+    order = np.argsort(all_ids)
+    all_ids, all_vectors = all_ids[order], all_vectors[order]
+    if metric == "cosine":
+        all_vectors = ivf.normalize(all_vectors)
+
+    def live(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(positions in the parts, row ids, vectors) of the live rows under ``mask``, by row id."""
+        where = np.flatnonzero(mask)
+        where = where[np.argsort(ids[where], kind="stable")]
+        pos = np.minimum(np.searchsorted(all_ids, ids[where]), max(all_ids.size - 1, 0))
+        found = all_ids[pos] == ids[where] if all_ids.size else np.zeros(where.size, bool)
+        return where[found], ids[where[found]], all_vectors[pos[found]]
+
+    rng = np.random.default_rng()
+    centroids = [old.copy()]
+    new_of: dict[int, np.ndarray] = {}
+    for p, ways in sorted(large.items()):
+        _, _, vectors = live(labels == p)
+        ways = max(1, min(ways, len(vectors)))
+        sample = vectors
+        if len(vectors) > ways * SPLIT_SAMPLE_PER_CENTROID:
+            sample = vectors[np.sort(rng.choice(len(vectors), ways * SPLIT_SAMPLE_PER_CENTROID, replace=False))]
+        if train_metric == "dot":  # pylance 14's dot centroids are unit vectors (spherical k-means)
+            trained, _ = kmeans.train(ivf.normalize(sample), ways, "l2", rng)
+            trained = ivf.normalize(trained)
+        else:
+            trained, _ = kmeans.train(sample, ways, train_metric, rng)
+        trained = trained.astype(np.float32)
+        centroids[0][p] = trained[0]
+        start = sum(len(c) for c in centroids)
+        centroids.append(trained[1:])
+        new_of[p] = np.concatenate([[p], np.arange(start, start + ways - 1)])
+    centroids = np.concatenate(centroids).astype(np.float32)
+    drop = np.zeros(labels.size, bool)
+    out_labels, out_ids, out_vectors = [], [], []
+    neighbours: dict[int, list[int]] = {}
+    for p, new in new_of.items():
+        others = np.flatnonzero(~split_mask)
+        dists = ((old[others] - old[p]) ** 2).sum(1) if train_metric == "l2" else -(old[others] @ old[p])
+        near = others[np.argsort(dists, kind="stable")[:REASSIGN_RANGE]]
+        for q in near.tolist():
+            neighbours.setdefault(q, []).extend(new.tolist())
+        _, rid, vectors = live(labels == p)
+        drop |= labels == p  # deleted rows of a split partition leave the index
+        candidates = np.concatenate([new, near])
+        local, _ = kmeans.assign(vectors, centroids[candidates], train_metric)
+        out_labels.append(candidates[local])
+        out_ids.append(rid)
+        out_vectors.append(vectors)
+    for q, new in sorted(neighbours.items()):
+        new = np.asarray(sorted(set(new)))
+        _, rid, vectors = live(labels == q)
+        drop |= labels == q  # pylance 14 rebuilds a neighbour from its live rows (deleted ones leave)
+        _, own = kmeans.assign(vectors, centroids[[q]], train_metric)
+        nearest, other = kmeans.assign(vectors, centroids[new], train_metric)
+        out_labels.append(np.where(other < own, new[nearest], q))
+        out_ids.append(rid)
+        out_vectors.append(vectors)
+    keep = ~drop
+    result = [(labels[keep], ids[keep], payload[keep])]
+    if out_ids:
+        new_labels = np.concatenate(out_labels).astype(np.int64)
+        new_ids = np.concatenate(out_ids)
+        vectors = np.concatenate(out_vectors)
+        order = np.argsort(new_ids, kind="stable")
+        new_labels, new_ids, vectors = new_labels[order], new_ids[order], vectors[order]
+        result.append((new_labels, new_ids, _payload(base, details, metric, vectors, new_labels, centroids)))
+    return result, centroids
+
+
 def can_optimize(current: LanceDataset, column: str, segments: Sequence[table_pb2.IndexMetadata]) -> bool:
     """IVF_FLAT/IVF_PQ segments in the layout read here, on a float32 vector column."""
     dtype = current.schema.field(column).type if column in current.schema.names else None
@@ -317,10 +453,12 @@ def optimize_vector_index(current: LanceDataset, name: str, column: str, field_i
     base = load(0, rows=False)  # centroids, codebook, metadata
     vectors, ids = _new_rows(current, column, missing, base.centroids.shape[1])
     labels, payload, loss = _encode(base, details, _metric(details), vectors)
-    centroids, joined = None, None
+    centroids, joined, large = None, None, None
     if num_indices_to_merge is None and missing:
-        joined = _small_partitions([load(i, rows=False) for i in range(len(segments))], labels, details)
-        if joined is not None:
+        loaded = [load(i, rows=False) for i in range(len(segments))]
+        large = _large_partitions(loaded, labels, details)  # a split comes first: nothing is joined then
+        joined = None if large else _small_partitions(loaded, labels, details)
+        if large or joined is not None:
             merge = list(segments)
     parts = [(s.labels, s.ids, s.payload) for s in map(load, range(len(segments) - len(merge), len(segments)))]
     if merge and current.manifest_file.manifest.reader_feature_flags & feature_flags.STABLE_ROW_IDS:
@@ -331,7 +469,9 @@ def optimize_vector_index(current: LanceDataset, name: str, column: str, field_i
         parts = [(lab[keep], rid[keep], pay[keep]) for lab, rid, pay in parts
                  for keep in [np.isin(rid, live)]]
     parts.append((labels, ids, payload))
-    if joined is not None:
+    if large:
+        parts, centroids = _split(current, column, segments, base, details, parts, large)
+    elif joined is not None:
         parts, centroids = _join(current, column, segments, base, details, parts, vectors, joined)
     files = _files(base, np.concatenate([p[0] for p in parts]).astype(np.int64),
                    np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts]), loss, centroids)
