@@ -215,6 +215,28 @@ def classify_and_write(batches: Iterator[pa.RecordBatch], *, uri: str, storage_o
                               max_bytes_per_file=max_bytes_per_file)
 
 
+def write_splits(groups: Iterator[Sequence[Any]], *, plan: Any, **classify: Any) -> Iterator[str]:
+    """Executor side, direct source: read each group's splits with pyarrow (no JVM rows) and
+    :func:`classify_and_write` them; yields the new fragments' JSON."""
+    from airflow_lance.spark.direct import read_group
+
+    for group in groups:
+        for out in classify_and_write(read_group(plan, list(group), [0]), **classify):
+            yield from out.column("fragment").to_pylist()
+
+
+def match_or_write(tasks: Iterator[Sequence[tuple[str, Any]]], *, match: Any,
+                   write: Any) -> Iterator[tuple[str, Any]]:
+    """Executor side of the fused job: each task is a list of items; a ``("match", fragment
+    task)`` item runs :func:`match_fragments`, a ``("write", splits)`` item :func:`write_splits`."""
+    for items in tasks:
+        for kind, item in items:
+            if kind == "match":
+                yield from (("match", result) for result in match(iter([item])))
+            else:
+                yield from (("fragment", fragment) for fragment in write(iter([item])))
+
+
 # -- driver ----------------------------------------------------------------------------------------
 
 
@@ -233,6 +255,66 @@ def _ambiguity(source_keys: pa.Table, matched: pa.Table, on: Sequence[str]) -> N
         )
 
 
+#: The cost model packing the fused job's work into one task per slot: writing a source split
+#: costs about its uncompressed bytes, matching a target row about this many bytes' worth.
+MATCH_COST_PER_ROW = 16
+
+
+def pack(weighted: Sequence[tuple[float, Any]], bins: int) -> list[list[Any]]:
+    """The items of ``weighted`` ((weight, item)) in at most ``bins`` lists of about equal total
+    weight (longest first onto the least loaded; each list keeps the items' order)."""
+    lists: list[list[tuple[int, Any]]] = [[] for _ in range(max(1, min(bins, len(weighted))))]
+    loads = [0.0] * len(lists)
+    for index in sorted(range(len(weighted)), key=lambda i: -weighted[i][0]):
+        target = loads.index(min(loads))
+        lists[target].append((index, weighted[index][1]))
+        loads[target] += weighted[index][0]
+    return [[item for _, item in sorted(group, key=lambda x: x[0])] for group in lists if group]
+
+
+def _one_exact_key(keys: pa.Table, on: Sequence[str]) -> bool:
+    """One key column whose values compare exactly (no floating point: NaN)."""
+    return len(on) == 1 and not pa.types.is_floating(keys.schema.field(on[0]).type)
+
+
+def _distinct(keys: pa.Table, on: Sequence[str]) -> pa.Table:
+    """The distinct rows of ``keys`` (non-null)."""
+    if _one_exact_key(keys, on):
+        return pa.table({on[0]: pc.unique(keys.column(on[0]))})
+    return keys.group_by(list(on)).aggregate([])
+
+
+def _matched_source_rows(source_keys: pa.Table, matched: pa.Table, on: Sequence[str]) -> int:
+    """How many rows of ``source_keys`` have a key in ``matched``."""
+    if not matched.num_rows:
+        return 0
+    if _one_exact_key(source_keys, on):
+        hit = pc.is_in(source_keys.column(on[0]), value_set=matched.column(on[0]).combine_chunks())
+        return int(pc.sum(hit).as_py() or 0)
+    return source_keys.join(matched.select(list(on)), keys=list(on), join_type="left semi").num_rows
+
+
+def _split_weight(split: Any) -> int:
+    return split.end - split.start if split.end >= 0 else split.size
+
+
+def _direct_plan(spark: SparkSession, spec: MergeInsertJobSpec, source: DataFrame, slots: int,
+                 log: Any) -> Any:
+    """The direct-read plan of a path source (:mod:`airflow_lance.spark.direct`), or None (and
+    why, in the log) when Spark's rows must read it."""
+    from airflow_lance.spark.direct import DirectPlan, plan_direct
+
+    if spec.source.kind != "path":
+        return None
+    plan = plan_direct(spark, spec.source, "auto", spec.num_partitions or slots, df=source)
+    if isinstance(plan, DirectPlan):
+        log(f"airflow-lance merge insert: reading the source directly with pyarrow ({plan.kind}, "
+            f"{len(plan.splits)} splits)")
+        return plan
+    log(f"airflow-lance merge insert: reading the source through Spark rows ({plan})")
+    return None
+
+
 def run(spark: SparkSession, spec: MergeInsertJobSpec, source: DataFrame, ds: Any,
         log: Any = print) -> tuple[list[FragmentMetadata], list[FragmentMetadata], list[int], dict[int, int]]:
     """Run the key-broadcast plan: (new fragments, updated fragments, removed fragment ids,
@@ -241,6 +323,8 @@ def run(spark: SparkSession, spec: MergeInsertJobSpec, source: DataFrame, ds: An
 
     from pyspark.sql import functions as F
 
+    from airflow_lance.spark.direct import group_splits, read_columns
+    from airflow_lance.spark.distributed import Inline
     from airflow_lance.spark.merge_insert import DELETED, INSERTED, UPDATED, MIN_ROWS_PER_WRITER
     from airflow_lance.spark.read import plan_tasks
     from airflow_lance.spark.writer import RESULT_DDL
@@ -255,40 +339,75 @@ def run(spark: SparkSession, spec: MergeInsertJobSpec, source: DataFrame, ds: An
         log(f"airflow-lance merge insert: {what} in {now - clock:.2f} s")
         clock = now
 
-    source_keys = key_table(source.select(*[F.col(f"`{k}`") for k in on]).toArrow(), on, arrow)
-    wanted = _non_null(source_keys, on).group_by(on).aggregate([])
+    slots = default_parallelism(spark)
+    plan = _direct_plan(spark, spec, source, slots, log)
+    if plan is not None:
+        source_keys = key_table(read_columns(plan, on), on, arrow)
+    else:
+        source_keys = key_table(source.select(*[F.col(f"`{k}`") for k in on]).toArrow(), on, arrow)
+    non_null = _non_null(source_keys, on)
+    wanted = _distinct(non_null, on)
     lap(f"{source_keys.num_rows} source keys ({wanted.num_rows} distinct) collected")
 
     # a key repeated in the source is ambiguous if it matches: then the deletions wait for the check
-    repeated = wanted.num_rows < _non_null(source_keys, on).num_rows
+    repeated = wanted.num_rows < non_null.num_rows
     delete_now = spec.when_matched_update_all and not repeated
-    tasks = [(t.fragment, t.start, t.stop) for t in plan_tasks(ds)]
+    tasks = [(t.fragment, t.start, t.stop) for t in plan_tasks(ds)] if wanted.num_rows else []
+    pair_schema = pa.schema([arrow.field(k) for k in on] + [pa.field(ROW_ADDRESS, pa.uint64())])
+    classify = dict(uri=spec.uri, storage_options=options, read_version=spec.read_version, on=on,
+                    update=spec.when_matched_update_all, insert=spec.when_not_matched_insert_all,
+                    stable_row_ids=ds._stable_row_ids, max_rows_per_file=spec.max_rows_per_file,
+                    max_bytes_per_file=spec.max_bytes_per_file)
+
+    def writers(rows: int) -> int:
+        return spec.num_partitions or max(1, min(slots, math.ceil(rows / MIN_ROWS_PER_WRITER)))
+
+    # An upsert needs no match to write: every source row is written (updated or inserted). On a
+    # direct source without repeated keys or stable row ids (which updated rows would carry), the
+    # target's matching (and deletion vectors) and the source's writing run as one Spark job.
+    fused = (plan is not None and spec.when_matched_update_all and spec.when_not_matched_insert_all
+             and not repeated and not ds._stable_row_ids)
     updated: list[FragmentMetadata] = []
     removed: list[int] = []
-    if wanted.num_rows and tasks:
-        keys = share(spark, to_ipc(wanted))
-        try:
-            matcher = functools.partial(match_fragments, uri=spec.uri, version=spec.read_version,
-                                        storage_options=options, on=on, keys=keys, delete=delete_now)
-            parts = map_task_partitions(spark, tasks, matcher)
-        finally:
+    new_fragments: list[FragmentMetadata] = []
+    parts: list[Any] = []
+    keys = share(spark, to_ipc(wanted)) if tasks else None
+    try:
+        matcher = functools.partial(match_fragments, uri=spec.uri, version=spec.read_version,
+                                    storage_options=options, on=on, keys=keys, delete=delete_now)
+        if fused:
+            groups = group_splits(plan.splits, writers(source_keys.num_rows)) if source_keys.num_rows else []
+            write = functools.partial(write_splits, plan=plan, matched=Inline(to_ipc(pair_schema.empty_table())),
+                                      **classify)
+            # one task per slot: a Spark task costs more than matching a fragment
+            work = ([(sum(_split_weight(x) for x in g), ("write", g)) for g in groups]
+                    + [((t[2] - t[1]) * MATCH_COST_PER_ROW, ("match", t)) for t in tasks])
+            out = map_task_partitions(spark, pack(work, slots),
+                                      functools.partial(match_or_write, match=matcher, write=write))
+            parts = [r for kind, r in out if kind == "match"]
+            new_fragments = [FragmentMetadata.from_json(r) for kind, r in out if kind == "fragment"]
+        elif tasks:
+            parts = map_groups(spark, tasks, spec.num_partitions or slots, matcher)
+    finally:
+        if keys is not None:
             unshare(keys)
-        matched = pa.concat_tables([from_ipc(p) for p, _, _ in parts])
-        updated = [FragmentMetadata.from_json(f) for _, f, _ in parts if f is not None]
-        removed = [r for _, _, r in parts if r is not None]
-    else:
-        matched = pa.schema([arrow.field(k) for k in on] + [pa.field(ROW_ADDRESS, pa.uint64())]).empty_table()
-    matched = matched.cast(pa.schema([arrow.field(k) for k in on] + [pa.field(ROW_ADDRESS, pa.uint64())]))
+    matched = pa.concat_tables([from_ipc(p) for p, _, _ in parts]) if parts else pair_schema.empty_table()
+    updated = [FragmentMetadata.from_json(f) for _, f, _ in parts if f is not None]
+    removed = [r for _, _, r in parts if r is not None]
+    matched = matched.cast(pair_schema)
     lap(f"{matched.num_rows} target rows matched in {len(tasks)} tasks"
-        + (f", {len(updated)} deletion vectors written, {len(removed)} fragments removed" if delete_now else ""))
+        + (f", {len(updated)} deletion vectors written, {len(removed)} fragments removed" if delete_now else "")
+        + (f"; {source_keys.num_rows} source rows written as {len(new_fragments)} fragments in the same job"
+           if fused else ""))
     if spec.when_matched_update_all and repeated:
         _ambiguity(source_keys, matched, on)
 
-    matched_source = (source_keys.join(matched.select(on), keys=on, join_type="left semi").num_rows
-                      if matched.num_rows else 0)
+    matched_source = _matched_source_rows(source_keys, matched, on)
     counts = {UPDATED: matched_source if spec.when_matched_update_all else 0,
               INSERTED: source_keys.num_rows - matched_source if spec.when_not_matched_insert_all else 0,
               DELETED: 0}
+    if fused:
+        return new_fragments, updated, sorted(removed), counts
 
     if spec.when_matched_update_all and repeated and matched.num_rows:  # checked: no ambiguity
         addresses = matched.column(ROW_ADDRESS).to_numpy()
@@ -297,7 +416,7 @@ def run(spark: SparkSession, spec: MergeInsertJobSpec, source: DataFrame, ds: An
                  for f in np.unique(fragment_ids)]
         writer = functools.partial(write_fragment_deletions, uri=spec.uri, storage_options=options,
                                    read_version=spec.read_version)
-        tasks_dv = spec.num_partitions or min(default_parallelism(spark), len(items))
+        tasks_dv = spec.num_partitions or min(slots, len(items))
         for fragment, gone in map_groups(spark, items, tasks_dv, writer):
             if fragment is not None:
                 updated.append(FragmentMetadata.from_json(fragment))
@@ -306,22 +425,20 @@ def run(spark: SparkSession, spec: MergeInsertJobSpec, source: DataFrame, ds: An
         lap(f"{len(updated)} deletion vectors written, {len(removed)} fragments removed")
 
     rows = counts[UPDATED] + counts[INSERTED]
-    new_fragments: list[FragmentMetadata] = []
     if rows:
         pairs = share(spark, to_ipc(matched if spec.when_matched_update_all or spec.when_not_matched_insert_all
                                     else matched.slice(0, 0)))
         try:
-            writers = spec.num_partitions or max(1, min(default_parallelism(spark),
-                                                        math.ceil(rows / MIN_ROWS_PER_WRITER)))
-            frame = source.coalesce(writers)
-            writer = functools.partial(
-                classify_and_write, uri=spec.uri, storage_options=options, read_version=spec.read_version, on=on,
-                matched=pairs, update=spec.when_matched_update_all, insert=spec.when_not_matched_insert_all,
-                stable_row_ids=ds._stable_row_ids, max_rows_per_file=spec.max_rows_per_file,
-                max_bytes_per_file=spec.max_bytes_per_file)
-            written = frame.mapInArrow(writer, RESULT_DDL).collect()
+            if plan is not None:
+                write = functools.partial(write_splits, plan=plan, matched=pairs, **classify)
+                out = map_task_partitions(spark, group_splits(plan.splits, writers(rows)), write)
+                new_fragments = [FragmentMetadata.from_json(r) for r in out]
+            else:
+                frame = source.coalesce(writers(rows))
+                written = frame.mapInArrow(functools.partial(classify_and_write, matched=pairs, **classify),
+                                           RESULT_DDL).collect()
+                new_fragments = [FragmentMetadata.from_json(row["fragment"]) for row in written]
         finally:
             unshare(pairs)
-        new_fragments = [FragmentMetadata.from_json(row["fragment"]) for row in written]
         lap(f"{rows} rows written as {len(new_fragments)} fragments")
     return new_fragments, updated, sorted(removed), counts
