@@ -84,28 +84,66 @@ def _non_null(table: pa.Table, on: Sequence[str]) -> pa.Table:
     return table.filter(mask) if table.num_rows else table
 
 
+#: One integer key is looked up in a dense table (a slot per value from the smallest key to the
+#: largest: 4 bytes each) when it has at most this many slots per key, or at most DENSE_MIN_SLOTS.
+DENSE_SLOTS_PER_KEY = 8
+DENSE_MIN_SLOTS = 1 << 20
+
+
 class KeyIndex:
-    """Row addresses by key, built once per task: a sorted array for one integer key (binary
-    search), else a hash join per lookup."""
+    """Row addresses by key, built once per task: for one integer key a dense table (unique keys
+    in a narrow range: one array access per lookup) or a sorted array (binary search), else a
+    hash join per lookup."""
 
     def __init__(self, pairs: pa.Table, on: Sequence[str]) -> None:
         self.on = list(on)
         self.pairs = pairs
         self.sorted: np.ndarray | None = None
+        self.dense: np.ndarray | None = None
         if len(on) == 1 and pa.types.is_integer(pairs.schema.field(on[0]).type):
             keys = pairs.column(on[0]).to_numpy()
+            values = pairs.column(ROW_ADDRESS).to_numpy().astype(np.int64)
+            if keys.size and self._densify(keys, values):
+                return
             order = np.argsort(keys, kind="stable")
-            self.sorted, self.values = keys[order], pairs.column(ROW_ADDRESS).to_numpy()[order].astype(np.int64)
+            self.sorted, self.values = keys[order], values[order]
+
+    def _densify(self, keys: np.ndarray, values: np.ndarray) -> bool:
+        low, high = keys.min(), keys.max()
+        span = int(high) - int(low) + 1
+        if span > max(DENSE_SLOTS_PER_KEY * keys.size, DENSE_MIN_SLOTS) or keys.size >= 1 << 31:
+            return False
+        dense = np.full(span + 1, -1, dtype=np.int32)  # the last slot: every probe out of range
+        dense[(keys - low).astype(np.int64)] = np.arange(keys.size, dtype=np.int32)
+        if np.count_nonzero(dense >= 0) != keys.size:  # a repeated key: the sorted array keeps the first
+            return False
+        # slot -1 (no key) picks the appended -1 (no address)
+        self.dense, self.low, self.high, self.values = dense, low, high, np.append(values, np.int64(-1))
+        return True
+
+    def _dense_addresses(self, probe: np.ndarray, valid: np.ndarray | None) -> np.ndarray:
+        assert self.dense is not None
+        outside = self.dense.size - 1
+        if probe.min() >= self.low and probe.max() <= self.high:
+            offsets = (probe - self.low).astype(np.intp)
+        else:  # the differences of probes out of range may wrap around: replaced
+            inside = (probe >= self.low) & (probe <= self.high)
+            offsets = np.where(inside, (probe - self.low).astype(np.intp), outside)
+        if valid is not None:
+            offsets[~valid] = outside
+        return self.values[self.dense[offsets]]
 
     def addresses(self, keys: pa.Table) -> np.ndarray:
         """The row address of each row of ``keys`` (``-1``: not matched; a null key matches nothing)."""
         found = np.full(keys.num_rows, -1, dtype=np.int64)
         if not keys.num_rows or not self.pairs.num_rows:
             return found
-        if self.sorted is not None:
+        if self.sorted is not None or self.dense is not None:
             column = keys.column(self.on[0]).combine_chunks()
             valid = column.is_valid().to_numpy(zero_copy_only=False) if column.null_count else None
             probe = (column.fill_null(0) if column.null_count else column).to_numpy()
+            if self.dense is not None:
+                return self._dense_addresses(probe, valid)
             at = np.minimum(np.searchsorted(self.sorted, probe), self.sorted.size - 1)
             hit = self.sorted[at] == probe
             if valid is not None:
