@@ -269,10 +269,11 @@ def match_or_write(tasks: Iterator[Sequence[tuple[str, Any]]], *, match: Any,
     task)`` item runs :func:`match_fragments`, a ``("write", splits)`` item :func:`write_splits`."""
     for items in tasks:
         for kind, item in items:
-            if kind == "match":
-                yield from (("match", result) for result in match(iter([item])))
-            else:
+            if kind == "write":
                 yield from (("fragment", fragment) for fragment in write(iter([item])))
+        matches = [item for kind, item in items if kind == "match"]  # one key index for all
+        if matches:
+            yield from (("match", result) for result in match(iter(matches)))
 
 
 # -- driver ----------------------------------------------------------------------------------------
