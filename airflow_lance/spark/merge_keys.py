@@ -311,13 +311,32 @@ def pack(weighted: Sequence[tuple[float, Any]], bins: int) -> list[list[Any]]:
     return [[item for _, item in sorted(group, key=lambda x: x[0])] for group in lists if group]
 
 
+def _integer_key(keys: pa.Table, on: Sequence[str]) -> bool:
+    return len(on) == 1 and pa.types.is_integer(keys.schema.field(on[0]).type)
+
+
 def _one_exact_key(keys: pa.Table, on: Sequence[str]) -> bool:
     """One key column whose values compare exactly (no floating point: NaN)."""
     return len(on) == 1 and not pa.types.is_floating(keys.schema.field(on[0]).type)
 
 
+def sorted_distinct(values: np.ndarray) -> np.ndarray:
+    """The distinct ``values``, ascending (as they are when already strictly ascending; else
+    sorted: Arrow's hash-based unique and NumPy 2's ``unique`` take seconds on millions of keys)."""
+    if values.size < 2 or bool(np.all(values[1:] > values[:-1])):
+        return values
+    ordered = np.sort(values)
+    keep = np.empty(ordered.size, dtype=bool)
+    keep[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
+    return ordered[keep]
+
+
 def _distinct(keys: pa.Table, on: Sequence[str]) -> pa.Table:
     """The distinct rows of ``keys`` (non-null)."""
+    if _integer_key(keys, on):
+        column = keys.column(on[0])
+        return pa.table({on[0]: pa.array(sorted_distinct(column.to_numpy()), column.type)})
     if _one_exact_key(keys, on):
         return pa.table({on[0]: pc.unique(keys.column(on[0]))})
     return keys.group_by(list(on)).aggregate([])
@@ -327,6 +346,11 @@ def _matched_source_rows(source_keys: pa.Table, matched: pa.Table, on: Sequence[
     """How many rows of ``source_keys`` have a key in ``matched``."""
     if not matched.num_rows:
         return 0
+    if _integer_key(source_keys, on):
+        found = sorted_distinct(matched.column(on[0]).to_numpy())
+        probe = _non_null(source_keys, on).column(on[0]).to_numpy()
+        at = np.minimum(np.searchsorted(found, probe), found.size - 1)
+        return int(np.count_nonzero(found[at] == probe))
     if _one_exact_key(source_keys, on):
         hit = pc.is_in(source_keys.column(on[0]), value_set=matched.column(on[0]).combine_chunks())
         return int(pc.sum(hit).as_py() or 0)

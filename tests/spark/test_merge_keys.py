@@ -86,3 +86,19 @@ def test_the_plan_takes_full_sources_without_conditions_or_deletes_by_source() -
     assert not merge_keys.applies(spec(), ["id"], names)  # a partial source: updated rows keep target columns
     assert not merge_keys.applies(spec(matched_condition="source.v > target.v"), names, names)
     assert not merge_keys.applies(spec(when_not_matched_by_source_delete=True), names, names)
+
+
+@pytest.mark.parametrize("key_type", [pa.int64(), pa.uint32(), pa.string(), pa.float64()])
+def test_distinct_keys_and_matched_source_rows_equal_arrows_group_by_and_join(key_type: pa.DataType) -> None:
+    rng = np.random.default_rng(3)
+    values = [None if i % 13 == 0 else int(v) for i, v in enumerate(rng.integers(0, 500, 2_000))]
+    cast = (lambda v: None if v is None else str(v)) if key_type == pa.string() else (lambda v: v)
+    source = pa.table({"k": pa.array([cast(v) for v in values], key_type)})
+    non_null = merge_keys._non_null(source, ["k"])
+    expected = non_null.group_by(["k"]).aggregate([]).sort_by("k")
+    assert merge_keys._distinct(non_null, ["k"]).sort_by("k").equals(expected)
+    assert merge_keys._distinct(non_null.sort_by("k"), ["k"]).sort_by("k").equals(expected)  # already sorted
+    matched = _pairs({"k": pa.array([cast(v) for v in range(0, 600, 3)] * 2, key_type)}, list(range(400)))
+    semi = source.join(matched.select(["k"]), keys=["k"], join_type="left semi").num_rows
+    assert merge_keys._matched_source_rows(source, matched, ["k"]) == semi > 0
+    assert merge_keys._matched_source_rows(source, matched.slice(0, 0), ["k"]) == 0
