@@ -5,23 +5,31 @@ Used when the source has every column of the dataset, there is no matched condit
 then a new row is a source row as it is, and the target contributes only which keys it holds
 and where.
 
+A path source that the direct ingest reads exactly (:mod:`airflow_lance.spark.direct`) is read
+with pyarrow, never through Spark rows: its keys on the driver, its splits by the writer tasks
+(plain Parquet files are loaded with the schema Spark would infer, computed from the footers:
+no schema-inference job). Other sources go through Spark's rows.
+
 1. The source's key columns are collected on the driver (Arrow; a path source reads only those
    columns) and broadcast once as Arrow IPC: their distinct non-null values in the dataset's types
    (on Spark Connect, which has no broadcast variables, they travel inside the tasks' pickled
    function: :func:`~airflow_lance.spark.distributed.share`).
-2. One task per target fragment reads the fragment's key columns with their row addresses
-   (the core's reader; deleted rows skipped) and looks them up in the broadcast keys (binary
-   search for one integer key, else a hash join); the driver gets the matched (keys, address)
-   pairs. When no source key repeats (no match can be ambiguous) the same task writes its
-   fragment's new deletion vector (merged with the existing one; a fragment losing every row
-   is removed).
+2. Tasks (one per slot) read their target fragments' key columns with their row addresses
+   (the core's reader; deleted rows skipped) and look them up in the broadcast keys
+   (:class:`KeyIndex`); the driver gets the matched (keys, address) pairs. When no source key
+   repeats (no match can be ambiguous) the same task writes the fragments' new deletion
+   vectors (merged with the existing ones; a fragment losing every row is removed).
 3. Otherwise a target row matched by two source rows fails the job here
    (``AmbiguousMergeInsertError``), before anything is written, and the deletion vectors are
-   written by one more job, a task per fragment.
-4. The source is written as new fragments by the executors in one pass (``mapInArrow``): each
-   batch's keys are looked up in the broadcast matched pairs, rows the clauses drop are
-   filtered out, and on datasets with stable row ids the updated rows, written first in
-   their partition, keep their row ids.
+   written by one more job.
+4. The source is written as new fragments by the executors in one pass: each batch's keys are
+   looked up in the broadcast matched pairs, rows the clauses drop are filtered out, and on
+   datasets with stable row ids the updated rows, written first in their partition, keep their
+   row ids.
+
+An upsert (update and insert) from a direct source without repeated keys on a dataset without
+stable row ids writes every source row whatever matches: steps 2 and 4 then run as one Spark
+job, the match and write work packed into one task per slot (:func:`pack`).
 
 A null key matches nothing, as in Lance. Counts are computed on the driver from the keys.
 """

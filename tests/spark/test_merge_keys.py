@@ -102,3 +102,14 @@ def test_distinct_keys_and_matched_source_rows_equal_arrows_group_by_and_join(ke
     semi = source.join(matched.select(["k"]), keys=["k"], join_type="left semi").num_rows
     assert merge_keys._matched_source_rows(source, matched, ["k"]) == semi > 0
     assert merge_keys._matched_source_rows(source, matched.slice(0, 0), ["k"]) == 0
+
+
+def test_pack_balances_weights_over_the_bins_keeping_order() -> None:
+    weighted = [(30.0, "write"), *[(16.0, f"match{i}") for i in range(10)]]
+    bins = merge_keys.pack(weighted, 2)
+    assert sorted(x for b in bins for x in b) == sorted(item for _, item in weighted)
+    loads = [sum(w for w, item in weighted if item in b) for b in bins]
+    assert max(loads) - min(loads) <= 16
+    assert all(b == sorted(b, key=[item for _, item in weighted].index) for b in bins)
+    assert merge_keys.pack(weighted[:1], 4) == [["write"]]
+    assert merge_keys.pack([], 2) == []
