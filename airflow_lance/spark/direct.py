@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from airflow_lance.core import FragmentMetadata, LanceError
 from airflow_lance.spark.conform import _same_kind
-from airflow_lance.spark.distributed import map_task_partitions
+from airflow_lance.spark.distributed import is_connect, map_task_partitions
 from airflow_lance.spark.spec import SourceSpec
 
 if TYPE_CHECKING:
@@ -98,9 +98,11 @@ def _partition_values(path: str, names: Sequence[str]) -> tuple[tuple[str, str |
     return tuple((name, found.get(name)) for name in names)
 
 
-def plan_direct(spark: SparkSession, source: SourceSpec, reader: str, tasks: int) -> DirectPlan | str:
+def plan_direct(spark: SparkSession, source: SourceSpec, reader: str, tasks: int,
+                df: Any = None) -> DirectPlan | str:
     """The direct plan of ``source``, or why the Spark-row path must read it (``reader="auto"``;
-    with ``reader="direct"`` only a format the direct path cannot read at all is refused)."""
+    with ``reader="direct"`` only a format the direct path cannot read at all is refused).
+    ``df``: the source as Spark already loaded it (:func:`_spark_reader`), else loaded here."""
     kind = FORMATS.get(source.format.lower()) if source.kind == "path" else None
     if kind is None:
         return f"source format {source.format!r} is read by Spark only"
@@ -130,8 +132,8 @@ def plan_direct(spark: SparkSession, source: SourceSpec, reader: str, tasks: int
             if not pa.ipc.open_file(f).schema.equals(schema):
                 return f"Arrow files {files[0]} and {f} have different schemas"
         return DirectPlan(kind, schema, names, tuple(splits), options, None)
-    df = _spark_reader(spark, source)
-    schema = df.limit(0).toArrow().schema
+    df = _spark_reader(spark, source) if df is None else df
+    schema = arrow_schema_of(df)
     files = [_local_path(f) or f for f in df.inputFiles()]
     data_names = set(_data_columns(df))
     names = tuple(n for n in schema.names if n not in data_names)
@@ -171,6 +173,82 @@ def plan_direct(spark: SparkSession, source: SourceSpec, reader: str, tasks: int
         for start in range(0, max(size, 1), step):
             splits.append(Split(path=f, partition=partition, start=start, end=min(start + step, size), size=size))
     return DirectPlan(kind, schema, names, tuple(splits), options, None)
+
+
+def arrow_schema_of(df: Any) -> pa.Schema:
+    """The Arrow schema of ``df.toArrow()``: under a ``SparkContext`` computed as ``toArrow``
+    computes it (no Spark job); on Spark Connect that of an empty ``toArrow``."""
+    if is_connect(df.sparkSession):
+        return df.limit(0).toArrow().schema
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    large = str(df.sparkSession.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")).lower() == "true"
+    return to_arrow_schema(df.schema, error_on_duplicated_field_names_in_struct=True, timezone="UTC",
+                           prefers_large_types=large)
+
+
+#: Spark's Parquet schema inference of Arrow types it reads without a choice (no unsigned,
+#: decimal, time or timestamp types: their inference depends on settings and annotations).
+_INFERRED = {pa.int8(): "ByteType", pa.int16(): "ShortType", pa.int32(): "IntegerType", pa.int64(): "LongType",
+             pa.float32(): "FloatType", pa.float64(): "DoubleType", pa.bool_(): "BooleanType",
+             pa.string(): "StringType", pa.large_string(): "StringType", pa.binary(): "BinaryType",
+             pa.large_binary(): "BinaryType", pa.date32(): "DateType"}
+#: Characters Spark has refused in Parquet column names.
+_ODD_NAME = re.compile(r"[ ,;{}()\n\t=]")
+
+
+def _inferred_type(dtype: pa.DataType) -> Any:
+    from pyspark.sql import types as T
+
+    if dtype in _INFERRED:
+        return getattr(T, _INFERRED[dtype])()
+    if pa.types.is_list(dtype) or pa.types.is_large_list(dtype) or pa.types.is_fixed_size_list(dtype):
+        element = _inferred_type(dtype.value_type)
+        return None if element is None else T.ArrayType(element, True)
+    if pa.types.is_struct(dtype):
+        fields = [_inferred_field(dtype.field(i)) for i in range(dtype.num_fields)]
+        return None if any(f is None for f in fields) or not fields else T.StructType(fields)
+    return None
+
+
+def _inferred_field(field: pa.Field) -> Any:
+    from pyspark.sql import types as T
+
+    dtype = _inferred_type(field.type)
+    return None if dtype is None or _ODD_NAME.search(field.name) else T.StructField(field.name, dtype, True)
+
+
+#: Footer key of the Spark schema Spark writes into its Parquet files (its inference then reads it).
+_SPARK_SCHEMA_KEY = b"org.apache.spark.sql.parquet.row.metadata"
+
+
+def load_parquet(spark: SparkSession, source: SourceSpec) -> Any:
+    """A Parquet source of plain files (no directories, no options) loaded with the schema Spark
+    would infer, computed here from the footers: Spark then runs no schema-inference job (a
+    Spark job per load). None where Spark's inference could differ (types outside
+    :data:`_INFERRED` and lists and structs of them, files with different schemas or written by
+    Spark, names Spark refuses or that repeat ignoring case): then load it with Spark's inference."""
+    import pyarrow.parquet as pq
+    from pyspark.sql import types as T
+
+    if source.kind != "path" or source.format.lower() != "parquet" or source.options:
+        return None
+    paths = [_local_path(p) for p in source.paths]
+    if not paths or any(p is None or not os.path.isfile(p) or os.path.basename(p).startswith((".", "_"))
+                        for p in paths):
+        return None
+    try:
+        footers = [pq.read_schema(p) for p in paths]
+    except (OSError, pa.ArrowException):
+        return None
+    first = footers[0]
+    if any(not f.equals(first) for f in footers[1:]) or _SPARK_SCHEMA_KEY in (first.metadata or {}):
+        return None
+    fields = [_inferred_field(f) for f in first]
+    if not fields or any(f is None for f in fields) or len({f.name.lower() for f in fields}) < len(fields):
+        return None
+    reader = spark.read.format("parquet").schema(T.StructType(fields))
+    return reader.load(list(source.paths) if len(source.paths) > 1 else source.paths[0])
 
 
 def _conf_bytes(spark: SparkSession, key: str, default: int) -> int:
@@ -335,6 +413,16 @@ def read_group(plan: DirectPlan, splits: Sequence[Split], counter: list[int]) ->
             if batch.num_rows:
                 counter[0] += batch.num_rows
                 yield _conform(batch, plan, split)
+
+
+def read_columns(plan: DirectPlan, columns: Sequence[str]) -> pa.Table:
+    """The ``columns`` of every split, read here (the driver) with pyarrow, in Spark's Arrow types
+    (Parquet and Arrow files read only those columns; CSV and JSON lines are parsed whole)."""
+    wanted = pa.schema([plan.schema.field(c) for c in columns])
+    narrow = plan if plan.kind in ("csv", "json") else dataclasses.replace(
+        plan, schema=wanted, partition_columns=tuple(c for c in plan.partition_columns if c in columns))
+    batches = [batch.select(list(columns)) for batch in read_group(narrow, plan.splits, [0])]
+    return pa.Table.from_batches(batches, schema=wanted)
 
 
 def write_group(splits: Iterator[Split], *, plan: DirectPlan, writer_options: Mapping[str, Any]) -> Iterator[Any]:
