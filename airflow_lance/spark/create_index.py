@@ -38,22 +38,11 @@ from airflow_lance.core.indices.create import index_files, read_column, write_in
 from airflow_lance.core.indices.plan import check_params, encode_index
 from airflow_lance.core.indices.sort import sort_order
 from airflow_lance.core.indices.vector import cap_partitions, read_vectors, write_vector_index
-from airflow_lance.spark.distributed import map_tasks, share, unshare
+from airflow_lance.spark.distributed import from_ipc, map_tasks, share, to_ipc, unshare
 from airflow_lance.spark.task_spec import TaskJobSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-
-def _ipc(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
-
-
-def _table(data: bytes) -> pa.Table:
-    return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
 
 
 def _open(uri: str, storage_options: Mapping[str, str], params: Mapping[str, Any]) -> Any:
@@ -70,14 +59,14 @@ def sorted_run(fragment_ids: Sequence[int], *, uri: str, storage_options: Mappin
     if index_type != "LABEL_LIST" and len(addrs):
         order = sort_order(values, addrs)
         values, addrs = values.take(pa.array(order)), addrs[order]
-    return _ipc(pa.table({"values": values, "addrs": pa.array(addrs, pa.uint64())}))
+    return to_ipc(pa.table({"values": values, "addrs": pa.array(addrs, pa.uint64())}))
 
 
 def build_scalar(spark: SparkSession, spec: TaskJobSpec, ds: Any, index_type: str, field_id: int,
                  name: str) -> tuple[list[Any], Any, int]:
     run = functools.partial(sorted_run, uri=spec.uri, storage_options=dict(spec.storage_options),
                             params=dict(spec.params), index_type=index_type)
-    runs = [_table(data) for data in map_tasks(spark, [list(t) for t in spec.tasks], run)]
+    runs = [from_ipc(data) for data in map_tasks(spark, [list(t) for t in spec.tasks], run)]
     merged = pa.concat_tables(runs).combine_chunks()
     values = merged.column("values").combine_chunks()
     addrs = merged.column("addrs").to_numpy().astype(np.uint64, copy=False)
@@ -113,7 +102,7 @@ def encode_vectors(fragment_ids: Sequence[int], *, uri: str, storage_options: Ma
     value_type = pa.float32() if trained.codebooks is None else pa.uint8()
     values = pa.FixedSizeListArray.from_arrays(pa.array(np.ascontiguousarray(part.values).reshape(-1), value_type),
                                                width)
-    return part.loss, _ipc(pa.table({"partition": pa.array(part.labels.astype(np.uint32)),
+    return part.loss, to_ipc(pa.table({"partition": pa.array(part.labels.astype(np.uint32)),
                                      "row_id": pa.array(row_ids, pa.uint64()), "values": values}))
 
 
@@ -151,7 +140,7 @@ def build_vector(spark: SparkSession, spec: TaskJobSpec, ds: Any, params: ivf.Ve
                                                            params=dict(spec.params), dim=dim, model=shared))
     finally:
         unshare(shared)
-    parts = [_table(data) for _, data in second]
+    parts = [from_ipc(data) for _, data in second]
     table = pa.concat_tables(parts).combine_chunks()
     width = table.schema.field("values").type.list_size
     values = table.column("values").combine_chunks().flatten().to_numpy(zero_copy_only=False).reshape(-1, width)

@@ -157,6 +157,19 @@ def unshare(shared: Any) -> None:
     shared.destroy()
 
 
+def to_ipc(table: pa.Table) -> bytes:
+    """``table`` as one Arrow IPC stream (a task's result or a shared value)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def from_ipc(data: bytes) -> pa.Table:
+    """The table of an Arrow IPC stream written by :func:`to_ipc`."""
+    return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+
+
 def rows_per_partition(spark: SparkSession, groups: Sequence[Sequence[tuple]], ddl: str,
                        schema: pa.Schema) -> DataFrame:
     """A DataFrame of ``ddl`` whose partition ``i`` holds the rows (tuples) of ``groups[i]``

@@ -46,7 +46,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_lance.core import AmbiguousMergeInsertError, FragmentMetadata
-from airflow_lance.spark.distributed import default_parallelism, map_groups, map_task_partitions, share, unshare
+from airflow_lance.spark.distributed import (
+    default_parallelism,
+    from_ipc,
+    map_groups,
+    map_task_partitions,
+    share,
+    to_ipc,
+    unshare,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -61,17 +69,6 @@ def applies(spec: MergeInsertJobSpec, source_columns: Sequence[str], names: Sequ
     """Whether the key-broadcast plan can run ``spec`` (see the module docstring)."""
     return (spec.matched_condition is None and not spec.when_not_matched_by_source_delete
             and set(names) <= set(source_columns))
-
-
-def to_ipc(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
-
-
-def from_ipc(data: bytes) -> pa.Table:
-    return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
 
 
 def key_table(table: pa.Table | pa.RecordBatch, on: Sequence[str], arrow: pa.Schema) -> pa.Table:
