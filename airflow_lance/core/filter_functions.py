@@ -19,6 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_lance.core.arrays import sorted_unique
+
 _LOCK = threading.Lock()
 
 
@@ -53,7 +55,7 @@ def _membership(lists: pa.Array, needle: pa.Array, mode: str, compare: pa.DataTy
         found = np.bincount(parents[hit], minlength=length) > 0
     else:
         k = len(unique_needle)
-        pairs = np.unique(parents[hit].astype(np.int64) * k + position[hit])
+        pairs = sorted_unique(parents[hit].astype(np.int64) * k + position[hit])
         found = np.bincount(pairs // k, minlength=length) == k
     return pa.array(found, mask=np.asarray(lists.is_null()) if lists.null_count else None)
 
@@ -167,7 +169,7 @@ def format_floats(values: pa.Array) -> pa.Array:
     small_text = pc.binary_join_element_wise("0.", small_zeros, digits, "")
     out = pc.if_else(pa.array(scientific), sci, pc.if_else(pa.array(whole), whole_text,
                                                            pc.if_else(pa.array(small), small_text, "0.0")))
-    for k in np.unique(kk[fraction]).tolist():
+    for k in sorted_unique(kk[fraction]).tolist():
         mask = fraction & (kk == k)
         chosen = digits.filter(pa.array(mask))
         text = pc.binary_join_element_wise(pc.utf8_slice_codeunits(chosen, 0, k),

@@ -11,6 +11,7 @@ import dataclasses
 
 import numpy as np
 
+from airflow_lance.core.arrays import sorted_unique
 from airflow_lance.core.deletion import read_deletion_vector, write_deletion_vector
 from airflow_lance.core.errors import CommitConflictError
 from airflow_lance.core.fragment import FragmentMetadata
@@ -24,7 +25,7 @@ _EMPTY = np.empty(0, dtype=np.uint32)
 def _vector(store: ObjectStore, fragment: FragmentMetadata) -> np.ndarray:
     if fragment.deletion_file is None:
         return _EMPTY
-    return np.unique(read_deletion_vector(store, fragment.id, fragment.deletion_file))
+    return sorted_unique(read_deletion_vector(store, fragment.id, fragment.deletion_file))
 
 
 def _fragments(manifest: ManifestFile) -> dict[int, FragmentMetadata]:

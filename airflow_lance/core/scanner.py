@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset  # noqa: F401 - evaluates {name: expression} projections
 
 from airflow_lance.core import feature_flags, rowids
+from airflow_lance.core.arrays import sorted_unique
 from airflow_lance.core.deletion import deletion_path, keep_mask, read_deletion_vector
 from airflow_lance.core.errors import (
     CorruptFileError,
@@ -449,7 +450,7 @@ def take(dataset: LanceDataset, indices: Any, columns: Sequence[str] | Mapping[s
     which = np.searchsorted(ends, positions, side="right")
     local = positions - (ends - counts)[which]
     offsets = local.astype(np.uint64)
-    for k in np.unique(which).tolist():
+    for k in sorted_unique(which).tolist():
         live = live_offsets(dataset, fragments[k])
         if live is not None:
             sel = which == k
@@ -494,7 +495,7 @@ def _locate_addresses(
         bad = int(ids[found & (offsets >= physical[which])][0])
         raise RowIndexError(f"row address {bad}: offset {bad & 0xFFFFFFFF} is past fragment {bad >> 32}'s rows")
     if not ignore_deletions:
-        for k in np.unique(which[found]).tolist():
+        for k in sorted_unique(which[found]).tolist():
             live = live_offsets(dataset, fragments[k])
             if live is not None:
                 sel = found & (which == k)

@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from airflow_lance.core import AmbiguousMergeInsertError, FragmentMetadata, SchemaMismatchError, dataset
+from airflow_lance.core.arrays import sorted_unique
 from airflow_lance.core.merge_insert import condition_mask
 from airflow_lance.core.scan import apply_filter
 from airflow_lance.core.schema import LanceSchema
@@ -159,7 +160,7 @@ def _moved_row_ids(uri: str, storage_options: Mapping[str, str], read_version: i
     fragment_ids = addresses >> np.uint64(32)
     offsets = (addresses & np.uint64(0xFFFFFFFF)).astype(np.int64)
     carried = np.empty((2, addresses.size), dtype=np.uint64)
-    for fragment_id in np.unique(fragment_ids):
+    for fragment_id in sorted_unique(fragment_ids):
         where = np.flatnonzero(fragment_ids == fragment_id)
         fragment = ds.get_fragment(int(fragment_id))
         assert fragment is not None, f"fragment {fragment_id} is not in version {read_version}"
@@ -179,7 +180,7 @@ def write_deletions(batches: Iterator[pa.RecordBatch], *, uri: str, storage_opti
     fragment_ids = addresses >> np.uint64(32)
     offsets = (addresses & np.uint64(0xFFFFFFFF)).astype(np.uint32)
     ds = dataset(uri, read_version, storage_options=dict(storage_options))
-    hits = {int(f): np.sort(offsets[fragment_ids == f]) for f in np.unique(fragment_ids)}
+    hits = {int(f): np.sort(offsets[fragment_ids == f]) for f in sorted_unique(fragment_ids)}
     fragments = []
     for fragment_id in hits:
         fragment = ds.get_fragment(fragment_id)

@@ -46,6 +46,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_lance.core import AmbiguousMergeInsertError, FragmentMetadata
+from airflow_lance.core.arrays import sorted_unique
 from airflow_lance.spark.distributed import (
     default_parallelism,
     from_ipc,
@@ -481,7 +482,7 @@ def run(spark: SparkSession, spec: MergeInsertJobSpec, source: DataFrame, ds: An
         addresses = matched.column(ROW_ADDRESS).to_numpy()
         fragment_ids = addresses >> np.uint64(32)
         items = [(int(f), (addresses[fragment_ids == f] & np.uint64(0xFFFFFFFF)).astype("<u4").tobytes())
-                 for f in np.unique(fragment_ids)]
+                 for f in sorted_unique(fragment_ids)]
         writer = functools.partial(write_fragment_deletions, uri=spec.uri, storage_options=options,
                                    read_version=spec.read_version)
         tasks_dv = spec.num_partitions or min(slots, len(items))

@@ -41,6 +41,7 @@ from __future__ import annotations
 import numpy as np
 
 from airflow_lance.core._proto import encodings_v2_1_pb2 as pb
+from airflow_lance.core.arrays import sorted_unique
 from airflow_lance.core.file.v21 import bitpack, fsst
 from airflow_lance.core.file.v21.blocks import Block, Fixed, Fsl, Struct, Variable, take
 from airflow_lance.core.file.v21.util import (
@@ -284,7 +285,7 @@ def _inline_bitpacking(ctx, inline: pb.InlineBitpacking, src, buffers, counts, b
         words = src[: len(src) // word * word].view(fixed_dtype(bits))
         values = bitpack.unpack_at(words, position[owner] // word, element, width[owner], bits)
         return Fixed(values.view(np.uint8), bits, len(select))
-    widths_used = np.unique(width).tolist()
+    widths_used = sorted_unique(width).tolist()
     if len(widths_used) == 1:  # one width (common): the unpacked blocks need no scatter
         w = widths_used[0]
         packed = take_ranges(src, position, np.full(len(position), w * (bitpack.BLOCK // 8)))
@@ -375,7 +376,7 @@ def _byte_stream_split(ctx, bss: pb.ByteStreamSplit, src, buffers, counts, block
     out = np.empty(total * width, dtype=np.uint8)
     base = exclusive_cumsum(counts * width)[:-1]
     # chunks of equal size are transposed together: (chunks, width, n) -> (chunks, n, width)
-    for count in np.unique(counts).tolist():  # usually two sizes: full chunks and the last one
+    for count in sorted_unique(counts).tolist():  # usually two sizes: full chunks and the last one
         sel = np.flatnonzero(counts == count)
         size = count * width
         streams = take_ranges(raw, base[sel], np.full(len(sel), size)).reshape(len(sel), width, count)

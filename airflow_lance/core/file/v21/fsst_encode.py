@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from airflow_lance.core.arrays import sorted_unique
 from airflow_lance.core.file.v21.fsst import TABLE_SIZE, _MAGIC
 from airflow_lance.core.file.v21.util import exclusive_cumsum, take_ranges
 
@@ -144,7 +145,7 @@ def train(data: np.ndarray, offsets: np.ndarray) -> SymbolTable:
     total = int(offsets[-1])
     if total > SAMPLE_BYTES and n > 1:
         average = total / n
-        picks = np.unique(np.linspace(0, n - 1, max(int(SAMPLE_BYTES / max(average, 1)), 1)).astype(np.int64))
+        picks = sorted_unique(np.linspace(0, n - 1, max(int(SAMPLE_BYTES / max(average, 1)), 1)).astype(np.int64))
         lengths = offsets[picks + 1] - offsets[picks]
         sample = take_ranges(data, offsets[picks], lengths)
         sample_offsets = exclusive_cumsum(lengths)

@@ -45,6 +45,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_lance.core._proto import encodings_v2_1_pb2 as pb
+from airflow_lance.core.arrays import sorted_unique
 from airflow_lance.core.errors import UnsupportedFeatureError
 from airflow_lance.core.file.v21 import bitpack, fsst_encode
 from airflow_lance.core.file.v21.structure import (
@@ -465,7 +466,7 @@ def _bitpacked_chunks(leaf: _Leaf, widths: np.ndarray, add):
     padded[: leaf.n] = leaf.data[: leaf.n * (bits // 8)].view(dtype)
     matrix = padded.reshape(blocks, bitpack.BLOCK)
     block_bytes = widths * (bitpack.BLOCK // 8)
-    groups = np.unique(widths).tolist()  # at most bits + 1
+    groups = sorted_unique(widths).tolist()  # at most bits + 1
     if len(groups) > _PACK_GROUPS:  # e.g. rising ids: all blocks in one pass, in block order
         packed_all = bitpack.pack_blocks(matrix, widths, bits).view(np.uint8)
         packed_start = exclusive_cumsum(block_bytes)[:-1]

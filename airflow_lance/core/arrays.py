@@ -1,0 +1,20 @@
+"""Array helpers shared by the core's vectorised paths."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """The distinct values of an integer array, ascending: what ``np.unique(values)`` returns.
+
+    By one sort and a neighbour comparison. NumPy 2.3+ answers a plain ``np.unique`` from a hash
+    table, which took 4-9 s for 1.5 million int64 values on the test machine (the sort: 0.04 s).
+    """
+    ordered = np.sort(np.asarray(values).ravel())
+    if ordered.size < 2:
+        return ordered
+    keep = np.empty(ordered.size, dtype=bool)
+    keep[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
+    return ordered[keep]
