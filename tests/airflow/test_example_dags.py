@@ -118,6 +118,7 @@ def test_daily_pipeline_example_runs_a_day_on_local_disk(tmp_path: pathlib.Path)
     assert xcom_value(dag_run, "lance_maintenance.cleanup")["old_versions"] >= 1
 
 
+@pytest.mark.slow  # four spark-submits; tests/airflow/operators/test_spark_add_columns.py runs the operator in make test
 def test_add_columns_example_computes_features_and_embeddings_then_backfills(tmp_path: pathlib.Path) -> None:
     import sys
 

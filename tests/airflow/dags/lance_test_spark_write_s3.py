@@ -1,6 +1,10 @@
-"""Test DAG: the Spark write operator on S3 (SeaweedFS) through two ``lance`` connections, one
+"""Test DAGs: the Spark write operator on S3 (SeaweedFS) through two ``lance`` connections, one
 committing with S3 conditional writes (``s3://``), one through a DynamoDB table (``s3+ddb://``).
-The connections ``lance_s3`` / ``lance_s3_ddb`` are set by tests/airflow/operators/test_spark_write_s3.py."""
+The connections ``lance_s3`` / ``lance_s3_ddb`` are set by tests/airflow/operators/test_spark_write_s3.py.
+
+``lance_test_spark_write_s3`` (make test) writes through the DynamoDB table; the conditional-write
+create and append run every day of the daily pipeline on S3 (tests/airflow/test_daily_pipeline.py)
+and here, on their own, in ``lance_test_spark_write_s3_slow`` (make stress)."""
 
 from __future__ import annotations
 
@@ -21,6 +25,13 @@ def rows(start: int, stop: int) -> str:
 common: dict[str, Any] = {"conf": SPARK_CONF, "retry_delay": dt.timedelta(0)}
 
 with DAG("lance_test_spark_write_s3", schedule=None, start_date=dt.datetime(2025, 1, 1), catchup=False) as dag:
+    LanceSparkWriteOperator(
+        task_id="create_through_dynamodb", uri="events.lance", mode="create", source_sql=rows(0, 300),
+        lance_conn_id="lance_s3_ddb", **common,
+    )
+
+with DAG("lance_test_spark_write_s3_slow", schedule=None, start_date=dt.datetime(2025, 1, 1),
+         catchup=False) as slow_dag:
     create = LanceSparkWriteOperator(
         task_id="create_on_s3", uri="events.lance", mode="create", source_sql=rows(0, 500),
         lance_conn_id="lance_s3", max_rows_per_file=200, **common,
@@ -29,8 +40,4 @@ with DAG("lance_test_spark_write_s3", schedule=None, start_date=dt.datetime(2025
         task_id="append_on_s3", uri="events.lance", mode="append", source_sql=rows(500, 800),
         lance_conn_id="lance_s3", **common,
     )
-    through_table = LanceSparkWriteOperator(
-        task_id="create_through_dynamodb", uri="events.lance", mode="append", source_sql=rows(0, 300),
-        lance_conn_id="lance_s3_ddb", **common,
-    )
-    create >> append >> through_table
+    create >> append
