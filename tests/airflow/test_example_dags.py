@@ -1,7 +1,7 @@
 """The example DAGs import without errors and run as written: the ingest example end to end with
 real spark-submit ``local[2]`` (its result read back by pylance), then the asset-watcher example,
-and one day of the daily pipeline on local disk (tests/airflow/test_daily_pipeline.py runs it for
-consecutive days on S3)."""
+and, in make stress, one day of the daily pipeline on local disk (tests/airflow/test_daily_pipeline.py
+runs it for consecutive days on S3 in make test) and the add-columns example."""
 
 from __future__ import annotations
 
@@ -98,6 +98,7 @@ def test_asset_watcher_example_runs_and_watches_with_the_lance_trigger(ingest: I
     assert xcom_value(dag_run, "read_new_version") == {"uri": ingest.uri, "version": 2, "num_rows": 12_500}
 
 
+@pytest.mark.slow  # make test runs this DAG for two days on S3 (tests/airflow/test_daily_pipeline.py)
 def test_daily_pipeline_example_runs_a_day_on_local_disk(tmp_path: pathlib.Path) -> None:
     root, data_dir = tmp_path / "lance", tmp_path / "data"
     with pytest.MonkeyPatch.context() as mp:
