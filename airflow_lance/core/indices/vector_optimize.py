@@ -18,11 +18,15 @@ for l2/cosine). Then, with ``num_indices_to_merge`` (pylance 14 observed):
   is merged into one (``dataset_version`` of the oldest) and nothing is joined. Otherwise, where
   some partition holds fewer than 25% of the target
   partition size (IVF_FLAT 4096, IVF_PQ 8192) counting every segment's stored rows (deleted ones
-  included) and the added rows: then those partitions are *joined* (at least the largest one
-  stays): their centroids are dropped and their live rows (stored ones, then the added ones,
-  partition by partition in index order) go to the nearest of the 64 remaining centroids
-  nearest their own (PQ: encoded anew), after the remaining partitions' rows; every segment is
-  merged into one (``dataset_version`` of the oldest);
+  included) and the added rows: then those partitions are *joined*, one after the other,
+  smallest first (sizes counted once, before any join): a partition's live rows (stored ones,
+  then the added ones, then rows joined into it before) go, in that order, each to the nearest
+  of the 64 remaining centroids nearest its own that holds fewer than 4x the target size (its
+  count plus the rows moved in); a partition with a row that finds them all full stays, with
+  every row it holds (the last one always stays). The joined centroids are dropped; a
+  partition holds its own rows, then those moved in by the partition they come from (index
+  order; PQ: encoded anew); every segment is merged into one (``dataset_version`` of the
+  oldest);
 * ``n > 0``: one segment with every row of the ``n`` newest segments (kept as they are, rows
   deleted since included, except on datasets with stable row ids; partition by partition,
   oldest segment first) followed by the new rows; ``dataset_version`` of the oldest merged
