@@ -473,3 +473,44 @@ def test_optimize_indices_joins_small_partitions_as_pylance(tmp_path, positions,
     segment = _load(lance.dataset(ours).store, user_indices(lance.dataset(ours).manifest_file)[0])
     kept = [int(((centres - c) ** 2).sum(1).argmin()) for c in segment.centroids]
     assert (np.bincount(segment.labels).tolist(), kept) == expected
+
+
+@pytest.mark.parametrize("grown", [[0], [0, 1]])
+def test_optimize_indices_split_rebuilds_the_64_nearest_partitions_as_pylance(tmp_path, grown):
+    """80 partitions on a line, the grown ones (17000 rows each, past 4x the target size) split:
+    the 64 partitions nearest a split one's old centroid (Lance's REASSIGN_RANGE; another split
+    partition among them takes a place) are rebuilt from their live rows, the farther ones keep
+    the rows deleted since, as pylance 14 does: partitions 1-64 (grown p0) or 2-64 (grown p0
+    and p1) rebuilt, 65-79 untouched, with the same rows and vectors as pylance's."""
+    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
+    k = 80
+    centres = (np.arange(k, dtype=np.float32)[:, None] * 10 * np.ones(SPLIT_DIM, np.float32) / np.sqrt(SPLIT_DIM))
+    rng = np.random.default_rng(0)
+    built = [600] + [100] * (k - 1)
+    vectors = np.concatenate([rng.normal(size=(n, SPLIT_DIM)) * 0.5 + centres[i] for i, n in enumerate(built)] +
+                             [rng.normal(size=(17_000, SPLIT_DIM)) * 0.5 + centres[g] for g in grown]).astype(np.float32)
+    n = sum(built)
+    table = pa.table({"id": np.arange(len(vectors)), "vec": pa.FixedSizeListArray.from_arrays(
+        pa.array(vectors.reshape(-1)), SPLIT_DIM)})
+    pylance.write_dataset(table.slice(0, n), ours)
+    pylance.dataset(ours).create_index("vec", "IVF_FLAT", num_partitions=k, ivf_centroids=centres)
+    lance.dataset(ours).insert(table.slice(n))
+    lance.dataset(ours).delete(f"id < {n} AND id % 9 = 0")  # the index still lists these rows
+    shutil.copytree(ours, theirs)
+    lance.dataset(ours).optimize_indices()
+    pylance.dataset(theirs).optimize.optimize_indices()
+    live = pylance.dataset(ours).to_table(columns=[], with_row_id=True)["_rowid"].to_numpy()
+    results = []
+    for uri in (ours, theirs):
+        ds = lance.dataset(uri)
+        [index] = user_indices(ds.manifest_file)
+        segment = _load(ds.store, index)
+        dead = np.bincount(segment.labels[~np.isin(segment.ids, live)], minlength=k)[:k]
+        results.append((segment, np.flatnonzero(dead).tolist()))
+    (mine, stale), (expected, their_stale) = results
+    assert stale == their_stale == list(range(65, k))
+    assert len(mine.centroids) == len(expected.centroids) == k + 4 * len(grown)  # ceil(17600 / 4096) = 5 ways
+    for p in range(len(grown), k):  # rebuilt or untouched: the same rows, vectors and centroid
+        assert mine.ids[mine.labels == p].tolist() == expected.ids[expected.labels == p].tolist()
+        assert mine.payload[mine.labels == p].tobytes() == expected.payload[expected.labels == p].tobytes()
+        assert mine.centroids[p].tobytes() == expected.centroids[p].tobytes()

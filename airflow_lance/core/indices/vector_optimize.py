@@ -12,9 +12,10 @@ for l2/cosine). Then, with ``num_indices_to_merge`` (pylance 14 observed):
   included, plus the added rows): then every such partition is *split* into ceil(rows / target)
   by k-means over its live rows (cosine: normalized; dot: unit centroids), the first new centroid
   in its place, the others appended (split partitions in index order); its live rows go to the
-  nearest of its new centroids and the 64 partitions nearest its old centroid, and those
-  neighbours are rebuilt from their live rows (deleted ones leave, PQ codes re-encoded, rows
-  nearer a new centroid move there); rebuilt partitions hold their rows by row id, every segment
+  nearest of its new centroids and the unsplit ones of the 64 partitions nearest its old
+  centroid (Lance's ``REASSIGN_RANGE``), and those neighbours are rebuilt from their live rows
+  (deleted ones leave, PQ codes re-encoded, rows nearer a new centroid move there); rebuilt
+  partitions hold their rows by row id, every segment
   is merged into one (``dataset_version`` of the oldest) and nothing is joined. Otherwise, where
   some partition holds fewer than 25% of the target
   partition size (IVF_FLAT 4096, IVF_PQ 8192) counting every segment's stored rows (deleted ones
@@ -432,9 +433,11 @@ def _split(current: LanceDataset, column: str, segments: Sequence[table_pb2.Inde
     out_labels, out_ids, out_vectors = [], [], []
     neighbours: dict[int, list[int]] = {}
     for p, new in new_of.items():
-        others = np.flatnonzero(~split_mask)
+        # the 64 partitions nearest the old centroid (other split ones among them, not rebuilt)
+        others = np.flatnonzero(np.arange(k) != p)
         dists = ((old[others] - old[p]) ** 2).sum(1) if train_metric == "l2" else -(old[others] @ old[p])
         near = others[np.argsort(dists, kind="stable")[:REASSIGN_RANGE]]
+        near = near[~split_mask[near]]
         for q in near.tolist():
             neighbours.setdefault(q, []).extend(new.tolist())
         _, rid, vectors = live(labels == p)
