@@ -1,10 +1,10 @@
 """k-means on numpy, as Lance trains IVF centroids and PQ codebooks.
 
 Lloyd iterations from k-means++ seeds (up to 256 clusters on small samples; else ``k`` random rows
-of the data, Lance's init), at most
-``max_iters`` (50), stopping when the loss changes by less than ``tolerance`` (1e-4) of
-itself. ``metric`` is ``"l2"`` (squared distance) or ``"dot"`` (distance ``1 - x.c``, the
-centroid still the members' mean). Empty clusters are re-seeded with the rows farthest from
+of the data, Lance's init), at most ``max_iters`` (50), stopping when the loss changes by less
+than ``tolerance`` (1e-4) of itself. ``metric`` is ``"l2"`` (squared distance) or ``"dot"``
+(distance ``1 - x.c``, the centroid the members' mean; ``spherical``: normalized, pylance 14's
+IVF centroids for ``dot``). Empty clusters are re-seeded with the rows farthest from
 their centroid. Distances are computed in row blocks by matrix products (no per-row loops);
 :func:`train_batched` trains several independent problems of the same shape at once (PQ's
 sub-vectors).
@@ -215,19 +215,28 @@ def _plus_plus(data: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray
 
 
 def train_batched(data: np.ndarray, k: int, metric: str, rng: np.random.Generator,
-                  max_iters: int = MAX_ITERS, tolerance: float = TOLERANCE) -> tuple[np.ndarray, float]:
-    """Train ``g`` independent k-means (``data`` g x n x d, n >= k) -> centroids g x k x d, loss."""
+                  max_iters: int = MAX_ITERS, tolerance: float = TOLERANCE, spherical: bool = False
+                  ) -> tuple[np.ndarray, float]:
+    """Train ``g`` independent k-means (``data`` g x n x d, n >= k) -> centroids g x k x d, loss.
+    ``spherical`` (with ``dot``): the centroids are unit vectors, each its members' mean normalized."""
     with _blas_for(data.shape[2]):
-        return _train_batched(data, k, metric, rng, max_iters, tolerance)
+        return _train_batched(data, k, metric, rng, max_iters, tolerance, spherical)
+
+
+def _unit(centroids: np.ndarray) -> np.ndarray:
+    norms = np.sqrt(np.einsum("gkd,gkd->gk", centroids, centroids, dtype=np.float64))[..., None]
+    return (centroids / np.where(norms == 0, 1, norms)).astype(centroids.dtype, copy=False)
 
 
 def _train_batched(data: np.ndarray, k: int, metric: str, rng: np.random.Generator, max_iters: int,
-                   tolerance: float) -> tuple[np.ndarray, float]:
+                   tolerance: float, spherical: bool = False) -> tuple[np.ndarray, float]:
     g, n, d = data.shape
     if k <= PLUS_PLUS_MAX_K and g * n * k <= PLUS_PLUS_MAX_CELLS:
         centroids = _plus_plus(data, k, rng)
     else:
         centroids = np.stack([data[i, rng.choice(n, size=k, replace=False)] for i in range(g)])
+    if spherical:
+        centroids = _unit(centroids)
     previous = np.inf
     loss = np.inf
     bounds: _Bounds | None = None
@@ -247,14 +256,16 @@ def _train_batched(data: np.ndarray, k: int, metric: str, rng: np.random.Generat
             far = np.argsort(-dists[i], kind="stable")[: len(empty)]
             means[i, empty[: len(far)]] = data[i, far]
         old, centroids = centroids, means.astype(data.dtype, copy=False)
-        if abs(previous - loss) < tolerance * loss:
+        if spherical:
+            centroids = _unit(centroids)
+        if abs(previous - loss) < tolerance * abs(loss):  # dot losses can be negative
             break
         previous = loss
     return centroids, loss
 
 
 def train(data: np.ndarray, k: int, metric: str, rng: np.random.Generator, max_iters: int = MAX_ITERS,
-          tolerance: float = TOLERANCE) -> tuple[np.ndarray, float]:
+          tolerance: float = TOLERANCE, spherical: bool = False) -> tuple[np.ndarray, float]:
     """k-means on ``data`` (n x d, n >= k) -> centroids (k x d) and the final loss."""
-    centroids, loss = train_batched(data[None], k, metric, rng, max_iters, tolerance)
+    centroids, loss = train_batched(data[None], k, metric, rng, max_iters, tolerance, spherical)
     return centroids[0], loss

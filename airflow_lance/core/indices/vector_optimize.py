@@ -418,11 +418,8 @@ def _split(current: LanceDataset, column: str, segments: Sequence[table_pb2.Inde
         sample = vectors
         if len(vectors) > ways * SPLIT_SAMPLE_PER_CENTROID:
             sample = vectors[np.sort(rng.choice(len(vectors), ways * SPLIT_SAMPLE_PER_CENTROID, replace=False))]
-        if train_metric == "dot":  # pylance 14's dot centroids are unit vectors (spherical k-means)
-            trained, _ = kmeans.train(ivf.normalize(sample), ways, "l2", rng)
-            trained = ivf.normalize(trained)
-        else:
-            trained, _ = kmeans.train(sample, ways, train_metric, rng)
+        # dot: unit centroids, pylance 14's spherical k-means (as at build)
+        trained, _ = kmeans.train(sample, ways, train_metric, rng, spherical=train_metric == "dot")
         trained = trained.astype(np.float32)
         centroids[0][p] = trained[0]
         start = sum(len(c) for c in centroids)
