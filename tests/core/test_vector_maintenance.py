@@ -435,18 +435,23 @@ def _line(positions: list[float], sizes: list[int], seed: int) -> np.ndarray:
     (None, None, None, "id % 9 = 0", ([15811, 1322], [0, 2])),
     # smallest first: p2 (300) fills p3 up to 16384, the rest goes to p1 (the next nearest);
     # then p1's rows fit nowhere (p0 and p3 full): p1 stays with them
-    ([0, 5, 100, 110], [16000, 600, 300, 16100], [0, 0, 0, 10], "id < 16000 AND id % 5 = 0", ([15914, 712, 16384], [0, 1, 3])),
+    ([0, 5, 100, 110], [16000, 600, 300, 16100], [0, 0, 0, 10], "id < 16000 AND id % 5 = 0",
+     ([15914, 712, 16384], [0, 1, 3])),
     # counted once, before any join: p3 (350) joins p2 (then 1050 rows), p2 still joins p0
     ([0, 10, 25, 45], [3000, 400, 700, 350], [10, 10, 10, 10], "id % 5 = 0", ([4192], [0])),
+    # no room for p1's rows in p0 (16300 rows): nothing joined, a delta segment as without small partitions
+    ([0, 100], [16300, 500], [0, 10], "id % 5 = 0", ([16300, 500], [0, 1])),
 ])
 def test_optimize_indices_joins_small_partitions_as_pylance(tmp_path, positions, built, added, delete, expected):
     """Partitions under a quarter of the target size (IVF_FLAT: 1024 rows, deleted ones counted)
     are joined smallest first, as pylance 14 does; each row goes to the nearest remaining
     centroid holding fewer than 4x the target size (16384), and a partition whose rows find no
-    room stays. The same partitions, centroids and rows (in order) as pylance's."""
+    room stays (none joined: a delta segment). The same partitions, centroids and rows (in order)
+    as pylance's."""
     ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
     if positions is None:  # three blobs, a delta segment, then 17000 rows into p0
-        vectors = np.concatenate([_blobs([600, 600, 600], 0), _blobs([100, 100, 100], 1), _blobs([17_000, 0, 0], 2, 3.0)])
+        vectors = np.concatenate([_blobs([600, 600, 600], 0), _blobs([100, 100, 100], 1),
+                                  _blobs([17_000, 0, 0], 2, 3.0)])
         centres, first, second = SPLIT_CENTERS, 1800, 2100
     else:
         vectors = np.concatenate([_line(positions, built, 0), _line(positions, added, 1)])
@@ -468,8 +473,8 @@ def test_optimize_indices_joins_small_partitions_as_pylance(tmp_path, positions,
     shutil.copytree(ours, theirs)
     lance.dataset(ours).optimize_indices()
     pylance.dataset(theirs).optimize.optimize_indices()
-    [mine], [pylances] = _segments(ours), _segments(theirs)
-    assert mine == pylances
+    mine, pylances = _segments(ours), _segments(theirs)
+    assert mine == pylances and len(mine) == (2 if expected[1] == list(range(len(centres))) else 1)
     segment = _load(lance.dataset(ours).store, user_indices(lance.dataset(ours).manifest_file)[0])
     kept = [int(((centres - c) ** 2).sum(1).argmin()) for c in segment.centroids]
     assert (np.bincount(segment.labels).tolist(), kept) == expected
@@ -487,8 +492,9 @@ def test_optimize_indices_split_rebuilds_the_64_nearest_partitions_as_pylance(tm
     centres = (np.arange(k, dtype=np.float32)[:, None] * 10 * np.ones(SPLIT_DIM, np.float32) / np.sqrt(SPLIT_DIM))
     rng = np.random.default_rng(0)
     built = [600] + [100] * (k - 1)
-    vectors = np.concatenate([rng.normal(size=(n, SPLIT_DIM)) * 0.5 + centres[i] for i, n in enumerate(built)] +
-                             [rng.normal(size=(17_000, SPLIT_DIM)) * 0.5 + centres[g] for g in grown]).astype(np.float32)
+    vectors = np.concatenate([rng.normal(size=(n, SPLIT_DIM)) * 0.5 + centres[i] for i, n in enumerate(built)]
+                             + [rng.normal(size=(17_000, SPLIT_DIM)) * 0.5 + centres[g] for g in grown])
+    vectors = vectors.astype(np.float32)
     n = sum(built)
     table = pa.table({"id": np.arange(len(vectors)), "vec": pa.FixedSizeListArray.from_arrays(
         pa.array(vectors.reshape(-1)), SPLIT_DIM)})

@@ -27,7 +27,7 @@ for l2/cosine). Then, with ``num_indices_to_merge`` (pylance 14 observed):
   every row it holds (the last one always stays). The joined centroids are dropped; a
   partition holds its own rows, then those moved in by the partition they come from (index
   order; PQ: encoded anew); every segment is merged into one (``dataset_version`` of the
-  oldest);
+  oldest). When no partition finds room: the delta as above;
 * ``n > 0``: one segment with every row of the ``n`` newest segments (kept as they are, rows
   deleted since included, except on datasets with stable row ids; partition by partition,
   oldest segment first) followed by the new rows; ``dataset_version`` of the oldest merged
@@ -524,6 +524,8 @@ def optimize_vector_index(current: LanceDataset, name: str, column: str, field_i
         joined = _join(current, column, segments, base, details, parts, vectors, counts, small)
         if joined is not None:
             parts, centroids = joined
+        else:  # no partition could be joined (no room): pylance 14 adds a delta segment
+            merge, parts = [], [(labels, ids, payload)]
     files = _files(base, np.concatenate([p[0] for p in parts]).astype(np.int64),
                    np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts]), loss, centroids)
     live = {f.id for f in current._fragments}
