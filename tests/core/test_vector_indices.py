@@ -212,6 +212,33 @@ def test_our_index_files_hold_what_pylance_writes(tmp_path, index_type):
         pylance.dataset(theirs).list_indices()[0] | {"uuid": None}
 
 
+@pytest.mark.parametrize("index_type", ["IVF_FLAT", "IVF_PQ"])
+def test_dot_centroids_are_unit_vectors_as_pylance(tmp_path, index_type):
+    """metric="dot": pylance 14 stores unit centroids, the fixed point of spherical k-means (rows
+    assigned by inner product, a centroid its members' raw mean normalized); ours are the same
+    kind, rows in the partition of their largest inner product (recall: the test above)."""
+    vectors = _vectors(3000, dim=16)
+    params = {"num_partitions": 16, "metric": "dot"} | ({"num_sub_vectors": 4} if index_type == "IVF_PQ" else {})
+    for builder, name in ((lance, "ours"), (pylance, "theirs")):  # IVF_FLAT: 16 x 256 rows > 2769: no sampling
+        uri = str(tmp_path / name)
+        live = _write_with_pylance(uri, vectors)
+        builder.dataset(uri).create_index("vec", index_type, **params)
+        aux, index = _files(uri)["auxiliary.idx"], _files(uri)["index.idx"]
+        tensor = _ivf(index).centroids_tensor
+        centroids = np.frombuffer(tensor.data, np.float32).reshape(tuple(tensor.shape)).astype(np.float64)
+        np.testing.assert_allclose(np.linalg.norm(centroids, axis=1), 1, atol=1e-5, err_msg=name)
+        ids = aux.read()["_rowid"].to_numpy()
+        x = vectors[(ids >> 32) * 3000 + (ids & 0xFFFFFFFF)].astype(np.float64)
+        assert np.isin((ids >> 32) * 3000 + (ids & 0xFFFFFFFF), live).all()
+        k = len(centroids)  # IVF_PQ: one partition per 256 rows at most (10)
+        parts = np.repeat(np.arange(k), _ivf(aux).lengths)
+        assert ((x @ centroids.T).argmax(1) == parts).mean() > 0.999, name
+        means = np.stack([x[parts == p].sum(0) for p in range(k)])
+        fixed = means / np.linalg.norm(means, axis=1, keepdims=True)
+        # near the fixed point (k-means stops at a tolerance: 0.003-0.03 off on this data)
+        assert np.abs(fixed - centroids).max() < 0.1, name
+
+
 def test_stable_row_ids_nulls_and_our_own_dataset(tmp_path):
     """On a dataset we wrote with stable row ids, null and NaN vectors and deletions, the index
     holds the row ids pylance's holds, and pylance's queries through it equal a flat search."""

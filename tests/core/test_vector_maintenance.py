@@ -419,3 +419,104 @@ def test_optimize_indices_splits_a_grown_partition_as_pylance(tmp_path, kind, me
     lance.dataset(ours).insert(rows(0, 50).set_column(0, "id", pa.array(np.arange(50, dtype=np.int64) + 10**6)))
     pylance.dataset(ours).optimize.optimize_indices(num_indices_to_merge=1)  # pylance carries on after ours
     assert _uses_index(ours, metric, vectors[1])
+
+
+def _line(positions: list[float], sizes: list[int], seed: int) -> np.ndarray:
+    """Blobs (std 1) centred on a line through the origin at ``positions``."""
+    rng = np.random.default_rng(seed)
+    direction = np.ones(SPLIT_DIM, np.float32) / np.sqrt(SPLIT_DIM)
+    return np.concatenate([rng.normal(size=(n, SPLIT_DIM)) + p * direction
+                           for p, n in zip(positions, sizes)]).astype(np.float32)
+
+
+@pytest.mark.parametrize(("positions", "built", "added", "delete", "expected"), [
+    # issue 21's case: p1 and p2 small (700 rows each); p1 joins p2 (its nearest), p2's rows
+    # would push p0 past 4x the target size (16384): p2 stays, with p1's live rows
+    (None, None, None, "id % 9 = 0", ([15811, 1322], [0, 2])),
+    # smallest first: p2 (300) fills p3 up to 16384, the rest goes to p1 (the next nearest);
+    # then p1's rows fit nowhere (p0 and p3 full): p1 stays with them
+    ([0, 5, 100, 110], [16000, 600, 300, 16100], [0, 0, 0, 10], "id < 16000 AND id % 5 = 0",
+     ([15914, 712, 16384], [0, 1, 3])),
+    # counted once, before any join: p3 (350) joins p2 (then 1050 rows), p2 still joins p0
+    ([0, 10, 25, 45], [3000, 400, 700, 350], [10, 10, 10, 10], "id % 5 = 0", ([4192], [0])),
+    # no room for p1's rows in p0 (16300 rows): nothing joined, a delta segment as without small partitions
+    ([0, 100], [16300, 500], [0, 10], "id % 5 = 0", ([16300, 500], [0, 1])),
+])
+def test_optimize_indices_joins_small_partitions_as_pylance(tmp_path, positions, built, added, delete, expected):
+    """Partitions under a quarter of the target size (IVF_FLAT: 1024 rows, deleted ones counted)
+    are joined smallest first, as pylance 14 does; each row goes to the nearest remaining
+    centroid holding fewer than 4x the target size (16384), and a partition whose rows find no
+    room stays (none joined: a delta segment). The same partitions, centroids and rows (in order)
+    as pylance's."""
+    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
+    if positions is None:  # three blobs, a delta segment, then 17000 rows into p0
+        vectors = np.concatenate([_blobs([600, 600, 600], 0), _blobs([100, 100, 100], 1),
+                                  _blobs([17_000, 0, 0], 2, 3.0)])
+        centres, first, second = SPLIT_CENTERS, 1800, 2100
+    else:
+        vectors = np.concatenate([_line(positions, built, 0), _line(positions, added, 1)])
+        direction = np.ones(SPLIT_DIM, np.float32) / np.sqrt(SPLIT_DIM)
+        centres = np.array(positions, np.float32)[:, None] * direction
+        first = second = sum(built)
+
+    def rows(start: int, stop: int) -> pa.Table:
+        return pa.table({"id": np.arange(start, stop, dtype=np.int64), "vec": pa.FixedSizeListArray.from_arrays(
+            pa.array(vectors[start:stop].reshape(-1)), SPLIT_DIM)})
+
+    pylance.write_dataset(rows(0, first), ours, max_rows_per_file=-(-first // 3))
+    pylance.dataset(ours).create_index("vec", "IVF_FLAT", num_partitions=len(centres), ivf_centroids=centres)
+    if second > first:
+        lance.dataset(ours).insert(rows(first, second))
+        lance.dataset(ours).optimize_indices(num_indices_to_merge=0)  # a delta segment
+    lance.dataset(ours).insert(rows(second, len(vectors)))
+    lance.dataset(ours).delete(delete)  # the index still lists these rows
+    shutil.copytree(ours, theirs)
+    lance.dataset(ours).optimize_indices()
+    pylance.dataset(theirs).optimize.optimize_indices()
+    mine, pylances = _segments(ours), _segments(theirs)
+    assert mine == pylances and len(mine) == (2 if expected[1] == list(range(len(centres))) else 1)
+    segment = _load(lance.dataset(ours).store, user_indices(lance.dataset(ours).manifest_file)[0])
+    kept = [int(((centres - c) ** 2).sum(1).argmin()) for c in segment.centroids]
+    assert (np.bincount(segment.labels).tolist(), kept) == expected
+
+
+@pytest.mark.parametrize("grown", [[0], [0, 1]])
+def test_optimize_indices_split_rebuilds_the_64_nearest_partitions_as_pylance(tmp_path, grown):
+    """80 partitions on a line, the grown ones (17000 rows each, past 4x the target size) split:
+    the 64 partitions nearest a split one's old centroid (Lance's REASSIGN_RANGE; another split
+    partition among them takes a place) are rebuilt from their live rows, the farther ones keep
+    the rows deleted since, as pylance 14 does: partitions 1-64 (grown p0) or 2-64 (grown p0
+    and p1) rebuilt, 65-79 untouched, with the same rows and vectors as pylance's."""
+    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
+    k = 80
+    centres = (np.arange(k, dtype=np.float32)[:, None] * 10 * np.ones(SPLIT_DIM, np.float32) / np.sqrt(SPLIT_DIM))
+    rng = np.random.default_rng(0)
+    built = [600] + [100] * (k - 1)
+    vectors = np.concatenate([rng.normal(size=(n, SPLIT_DIM)) * 0.5 + centres[i] for i, n in enumerate(built)]
+                             + [rng.normal(size=(17_000, SPLIT_DIM)) * 0.5 + centres[g] for g in grown])
+    vectors = vectors.astype(np.float32)
+    n = sum(built)
+    table = pa.table({"id": np.arange(len(vectors)), "vec": pa.FixedSizeListArray.from_arrays(
+        pa.array(vectors.reshape(-1)), SPLIT_DIM)})
+    pylance.write_dataset(table.slice(0, n), ours)
+    pylance.dataset(ours).create_index("vec", "IVF_FLAT", num_partitions=k, ivf_centroids=centres)
+    lance.dataset(ours).insert(table.slice(n))
+    lance.dataset(ours).delete(f"id < {n} AND id % 9 = 0")  # the index still lists these rows
+    shutil.copytree(ours, theirs)
+    lance.dataset(ours).optimize_indices()
+    pylance.dataset(theirs).optimize.optimize_indices()
+    live = pylance.dataset(ours).to_table(columns=[], with_row_id=True)["_rowid"].to_numpy()
+    results = []
+    for uri in (ours, theirs):
+        ds = lance.dataset(uri)
+        [index] = user_indices(ds.manifest_file)
+        segment = _load(ds.store, index)
+        dead = np.bincount(segment.labels[~np.isin(segment.ids, live)], minlength=k)[:k]
+        results.append((segment, np.flatnonzero(dead).tolist()))
+    (mine, stale), (expected, their_stale) = results
+    assert stale == their_stale == list(range(65, k))
+    assert len(mine.centroids) == len(expected.centroids) == k + 4 * len(grown)  # ceil(17600 / 4096) = 5 ways
+    for p in range(len(grown), k):  # rebuilt or untouched: the same rows, vectors and centroid
+        assert mine.ids[mine.labels == p].tolist() == expected.ids[expected.labels == p].tolist()
+        assert mine.payload[mine.labels == p].tobytes() == expected.payload[expected.labels == p].tobytes()
+        assert mine.centroids[p].tobytes() == expected.centroids[p].tobytes()

@@ -136,8 +136,10 @@ def _train_metric(params: VectorIndexParams) -> str:
 
 def train(vectors: np.ndarray, params: VectorIndexParams, rng: np.random.Generator
           ) -> tuple[IvfModel, np.ndarray, np.ndarray]:
-    """Train IVF centroids (on ``num_partitions * sample_rate`` rows of ``vectors`` at most) and for
-    IVF_PQ the codebooks (on the residuals of ``vectors``); ``vectors`` are :func:`prepare`-d.
+    """Train IVF centroids (on ``num_partitions * sample_rate`` rows of ``vectors`` at most; ``dot``:
+    unit centroids, as pylance 14: spherical k-means, rows assigned by inner product, a centroid
+    its members' mean normalized) and for IVF_PQ the codebooks (on the residuals of ``vectors``); ``vectors`` are
+    :func:`prepare`-d.
     Returns the model and the labels and distances of ``vectors`` (reused by :func:`encode`)."""
     n = len(vectors)
     train_metric = _train_metric(params)
@@ -145,7 +147,8 @@ def train(vectors: np.ndarray, params: VectorIndexParams, rng: np.random.Generat
     sample = vectors
     if n > k * params.sample_rate:
         sample = vectors[np.sort(rng.choice(n, size=k * params.sample_rate, replace=False))]
-    centroids, _ = kmeans.train(sample, k, train_metric, rng, params.max_iters)
+    # dot: unit centroids, each its members' mean normalized (pylance 14's spherical k-means)
+    centroids, _ = kmeans.train(sample, k, train_metric, rng, params.max_iters, spherical=params.metric == "dot")
     labels, dists = kmeans.assign(vectors, centroids, train_metric)
     codebooks = None
     if params.index_type == "IVF_PQ":

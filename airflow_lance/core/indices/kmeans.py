@@ -1,10 +1,10 @@
 """k-means on numpy, as Lance trains IVF centroids and PQ codebooks.
 
 Lloyd iterations from k-means++ seeds (up to 256 clusters on small samples; else ``k`` random rows
-of the data, Lance's init), at most
-``max_iters`` (50), stopping when the loss changes by less than ``tolerance`` (1e-4) of
-itself. ``metric`` is ``"l2"`` (squared distance) or ``"dot"`` (distance ``1 - x.c``, the
-centroid still the members' mean). Empty clusters are re-seeded with the rows farthest from
+of the data, Lance's init), at most ``max_iters`` (50), stopping when the loss changes by less
+than ``tolerance`` (1e-4) of itself. ``metric`` is ``"l2"`` (squared distance) or ``"dot"``
+(distance ``1 - x.c``, the centroid the members' mean; ``spherical``: normalized, pylance 14's
+IVF centroids for ``dot``). Empty clusters are re-seeded with the rows farthest from
 their centroid. Distances are computed in row blocks by matrix products (no per-row loops);
 :func:`train_batched` trains several independent problems of the same shape at once (PQ's
 sub-vectors).
@@ -62,37 +62,18 @@ def assign(data: np.ndarray, centroids: np.ndarray, metric: str) -> tuple[np.nda
 
 
 def assign_batched(data: np.ndarray, centroids: np.ndarray, metric: str) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`assign` over ``g`` problems: ``data`` g x n x d, ``centroids`` g x k x d.
-
-    Per block of rows one matrix product ``x @ -2c.T`` plus ``|c|^2`` (l2) or ``x @ -c.T``
-    (dot), whose row-wise argmin is the nearest centroid."""
+    """:func:`assign` over ``g`` problems: ``data`` g x n x d, ``centroids`` g x k x d (blocked
+    products, see :func:`_nearest`)."""
     with _blas_for(data.shape[2]):
         return _assign_batched(data, centroids, metric)
 
 
 def _assign_batched(data: np.ndarray, centroids: np.ndarray, metric: str) -> tuple[np.ndarray, np.ndarray]:
-    g, n, d = data.shape
-    k = centroids.shape[1]
+    g, n, _ = data.shape
     labels = np.empty((g, n), np.int64)
     dists = np.empty((g, n), np.float64)
-    step = _block_rows(d, k)
     for i in range(g):  # one per sub-problem (PQ sub-vector)
-        c = centroids[i]
-        weights = np.ascontiguousarray(-2 * c.T if metric == "l2" else -c.T)
-        bias = np.einsum("kd,kd->k", c, c) if metric == "l2" else None
-        for start in range(0, n, step):  # blocks of rows
-            x = data[i, start:start + step]
-            prod = x @ weights
-            if bias is not None:
-                prod += bias
-            lab = prod.argmin(axis=1)
-            best = prod[np.arange(len(lab)), lab].astype(np.float64)
-            if metric == "l2":
-                best = np.maximum(best + np.einsum("nd,nd->n", x, x), 0)
-            else:
-                best += 1
-            labels[i, start:start + step] = lab
-            dists[i, start:start + step] = best
+        labels[i], dists[i], _ = _nearest(data[i], centroids[i], metric)
     return labels, dists
 
 
@@ -100,39 +81,59 @@ def _block_rows(d: int, k: int) -> int:
     return max(16, min(MAX_BLOCK_CELLS, BLOCK_CELLS_PER_DIM * d) // max(1, k))
 
 
-def _nearest_two(x: np.ndarray, centroids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Nearest centroid of each row of ``x`` (n x d; l2), its squared distance and the squared
-    distance of the second nearest (``inf`` with one centroid). One matrix product per row block
-    with the centroids' norms folded in (``[x, 1] @ [-2c.T; |c|^2]``)."""
+def _nearest(x: np.ndarray, centroids: np.ndarray, metric: str, second: bool = False
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Nearest centroid of each row of ``x`` (n x d), its distance (l2: squared; dot: ``1 - x.c``)
+    and with ``second`` (l2) the squared distance of the second nearest (``inf`` with one
+    centroid). Per block of rows one matrix product, ``x @ -2c.T`` plus ``|c|^2`` (l2; narrow:
+    ``[x, 1] @ [-2c.T; |c|^2]``) or ``x @ -c.T`` (dot), whose row-wise argmin is the nearest centroid."""
     n, d = x.shape
     k = len(centroids)
-    weights = np.empty((d + 1, k), centroids.dtype)
-    weights[:d] = -2 * centroids.T
-    weights[d] = np.einsum("kd,kd->k", centroids, centroids)
+    l2 = metric == "l2"
+    # narrow l2 products (PQ sub-vectors) fold the centroids' norms in, [x, 1] @ [-2c.T; |c|^2]:
+    # faster than a second pass adding them; wide ones add them (the extra copy costs more)
+    fold = l2 and d <= NARROW_DIM
+    weights = np.empty((d + fold, k), centroids.dtype)
+    weights[:d] = -2 * centroids.T if l2 else -centroids.T
+    norms_c = np.einsum("kd,kd->k", centroids, centroids) if l2 else None
+    if fold:
+        weights[d] = norms_c
     labels = np.empty(n, np.int64)
     best = np.empty(n, np.float64)
-    second = np.full(n, np.inf)
+    runner_up = np.full(n, np.inf) if second else None
     step = _block_rows(d, k)
-
-    def block(start: int) -> None:
+    augmented = np.empty((min(step, n), d + 1), x.dtype) if fold else None
+    if augmented is not None:
+        augmented[:, d] = 1
+    for start in range(0, n, step):  # blocks of rows
         rows = x[start:start + step]
         m = len(rows)
-        augmented = np.empty((m, d + 1), x.dtype)
-        augmented[:, :d] = rows
-        augmented[:, d] = 1
-        prod = augmented @ weights
+        if augmented is not None:
+            augmented[:m, :d] = rows
+            prod = augmented[:m] @ weights
+        else:
+            prod = rows @ weights
+            if norms_c is not None:
+                prod += norms_c
         lab = prod.argmin(axis=1)
         at = np.arange(m)
-        norms = np.einsum("nd,nd->n", rows, rows, dtype=np.float64)
         labels[start:start + m] = lab
+        if metric != "l2":
+            best[start:start + m] = prod[at, lab].astype(np.float64) + 1
+            continue
+        norms = np.einsum("nd,nd->n", rows, rows, dtype=np.float64)
         best[start:start + m] = np.maximum(prod[at, lab] + norms, 0)
-        if k > 1:
+        if runner_up is not None and k > 1:
             prod[at, lab] = np.inf
-            second[start:start + m] = np.maximum(prod.min(axis=1) + norms, 0)
+            runner_up[start:start + m] = np.maximum(prod.min(axis=1) + norms, 0)
+    return labels, best, runner_up
 
-    for start in range(0, n, step):  # blocks of rows
-        block(start)
-    return labels, best, second
+
+def _nearest_two(x: np.ndarray, centroids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """l2 :func:`_nearest` with the second nearest's squared distance."""
+    labels, best, runner_up = _nearest(x, centroids, "l2", second=True)
+    assert runner_up is not None
+    return labels, best, runner_up
 
 
 def _exact(x: np.ndarray, centroids: np.ndarray, labels: np.ndarray) -> np.ndarray:
@@ -215,19 +216,28 @@ def _plus_plus(data: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray
 
 
 def train_batched(data: np.ndarray, k: int, metric: str, rng: np.random.Generator,
-                  max_iters: int = MAX_ITERS, tolerance: float = TOLERANCE) -> tuple[np.ndarray, float]:
-    """Train ``g`` independent k-means (``data`` g x n x d, n >= k) -> centroids g x k x d, loss."""
+                  max_iters: int = MAX_ITERS, tolerance: float = TOLERANCE, spherical: bool = False
+                  ) -> tuple[np.ndarray, float]:
+    """Train ``g`` independent k-means (``data`` g x n x d, n >= k) -> centroids g x k x d, loss.
+    ``spherical`` (with ``dot``): the centroids are unit vectors, each its members' mean normalized."""
     with _blas_for(data.shape[2]):
-        return _train_batched(data, k, metric, rng, max_iters, tolerance)
+        return _train_batched(data, k, metric, rng, max_iters, tolerance, spherical)
+
+
+def _unit(centroids: np.ndarray) -> np.ndarray:
+    norms = np.sqrt(np.einsum("gkd,gkd->gk", centroids, centroids, dtype=np.float64))[..., None]
+    return (centroids / np.where(norms == 0, 1, norms)).astype(centroids.dtype, copy=False)
 
 
 def _train_batched(data: np.ndarray, k: int, metric: str, rng: np.random.Generator, max_iters: int,
-                   tolerance: float) -> tuple[np.ndarray, float]:
+                   tolerance: float, spherical: bool = False) -> tuple[np.ndarray, float]:
     g, n, d = data.shape
     if k <= PLUS_PLUS_MAX_K and g * n * k <= PLUS_PLUS_MAX_CELLS:
         centroids = _plus_plus(data, k, rng)
     else:
         centroids = np.stack([data[i, rng.choice(n, size=k, replace=False)] for i in range(g)])
+    if spherical:
+        centroids = _unit(centroids)
     previous = np.inf
     loss = np.inf
     bounds: _Bounds | None = None
@@ -247,14 +257,16 @@ def _train_batched(data: np.ndarray, k: int, metric: str, rng: np.random.Generat
             far = np.argsort(-dists[i], kind="stable")[: len(empty)]
             means[i, empty[: len(far)]] = data[i, far]
         old, centroids = centroids, means.astype(data.dtype, copy=False)
-        if abs(previous - loss) < tolerance * loss:
+        if spherical:
+            centroids = _unit(centroids)
+        if abs(previous - loss) < tolerance * abs(loss):  # dot losses can be negative
             break
         previous = loss
     return centroids, loss
 
 
 def train(data: np.ndarray, k: int, metric: str, rng: np.random.Generator, max_iters: int = MAX_ITERS,
-          tolerance: float = TOLERANCE) -> tuple[np.ndarray, float]:
+          tolerance: float = TOLERANCE, spherical: bool = False) -> tuple[np.ndarray, float]:
     """k-means on ``data`` (n x d, n >= k) -> centroids (k x d) and the final loss."""
-    centroids, loss = train_batched(data[None], k, metric, rng, max_iters, tolerance)
+    centroids, loss = train_batched(data[None], k, metric, rng, max_iters, tolerance, spherical)
     return centroids[0], loss

@@ -203,7 +203,18 @@ def check_vector_index(dataset: LanceDataset, column: Any, index_type: str, name
     if name is not None and (not isinstance(name, str) or not name):
         raise InvalidInputError(f"name must be a non-empty string, not {name!r}")
     resolve_name(dataset, column, field_id, params.index_type, name, replace, ivf.TYPE_URL)
+    _check_rows(dataset, column, dim, params)
     return column, field_id, dim, params
+
+
+def _check_rows(dataset: LanceDataset, column: str, dim: int, params: ivf.VectorIndexParams) -> None:
+    """The build's row checks (:func:`cap_partitions`: fewer vectors than PQ trains on, none at
+    all) made up front where the live rows cannot be enough: then only those few rows are read.
+    (More live rows than that but mostly null or non-finite vectors fail at the build.)"""
+    needed = 2 ** params.num_bits if params.index_type == "IVF_PQ" else 1
+    if dataset.count_rows() < needed:
+        vectors, _, _ = read_vectors(dataset, column, dim)
+        cap_partitions(params, len(vectors))
 
 
 def create_index(

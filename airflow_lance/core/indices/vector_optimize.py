@@ -12,17 +12,22 @@ for l2/cosine). Then, with ``num_indices_to_merge`` (pylance 14 observed):
   included, plus the added rows): then every such partition is *split* into ceil(rows / target)
   by k-means over its live rows (cosine: normalized; dot: unit centroids), the first new centroid
   in its place, the others appended (split partitions in index order); its live rows go to the
-  nearest of its new centroids and the 64 partitions nearest its old centroid, and those
-  neighbours are rebuilt from their live rows (deleted ones leave, PQ codes re-encoded, rows
-  nearer a new centroid move there); rebuilt partitions hold their rows by row id, every segment
+  nearest of its new centroids and the unsplit ones of the 64 partitions nearest its old
+  centroid (Lance's ``REASSIGN_RANGE``), and those neighbours are rebuilt from their live rows
+  (deleted ones leave, PQ codes re-encoded, rows nearer a new centroid move there); rebuilt
+  partitions hold their rows by row id, every segment
   is merged into one (``dataset_version`` of the oldest) and nothing is joined. Otherwise, where
   some partition holds fewer than 25% of the target
   partition size (IVF_FLAT 4096, IVF_PQ 8192) counting every segment's stored rows (deleted ones
-  included) and the added rows: then those partitions are *joined* (at least the largest one
-  stays): their centroids are dropped and their live rows (stored ones, then the added ones,
-  partition by partition in index order) go to the nearest of the 64 remaining centroids
-  nearest their own (PQ: encoded anew), after the remaining partitions' rows; every segment is
-  merged into one (``dataset_version`` of the oldest);
+  included) and the added rows: then those partitions are *joined*, one after the other,
+  smallest first (sizes counted once, before any join): a partition's live rows (stored ones,
+  then the added ones, then rows joined into it before) go, in that order, each to the nearest
+  of the 64 remaining centroids nearest its own that holds fewer than 4x the target size (its
+  count plus the rows moved in); a partition with a row that finds them all full stays, with
+  every row it holds (the last one always stays). The joined centroids are dropped; a
+  partition holds its own rows, then those moved in by the partition they come from (index
+  order; PQ: encoded anew); every segment is merged into one (``dataset_version`` of the
+  oldest). When no partition finds room: the delta as above;
 * ``n > 0``: one segment with every row of the ``n`` newest segments (kept as they are, rows
   deleted since included, except on datasets with stable row ids; partition by partition,
   oldest segment first) followed by the new rows; ``dataset_version`` of the oldest merged
@@ -226,68 +231,111 @@ REASSIGN_RANGE = 64
 
 def _small_partitions(loaded: Sequence[_Segment], new_labels: np.ndarray,
                       details: index_pb2.VectorIndexDetails) -> np.ndarray | None:
-    """Mask of the partitions pylance 14 joins (stored rows of every segment, deleted ones
-    included, plus the rows added, below a quarter of the target size; at least the largest
-    partition stays), or None."""
-    k = loaded[0].centroids.shape[0]
-    if k <= 1:
+    """Mask of the partitions pylance 14 tries to join (stored rows of every segment, deleted
+    ones included, plus the rows added, below a quarter of the target size), or None."""
+    if loaded[0].centroids.shape[0] <= 1:
         return None
-    counts = np.bincount(new_labels, minlength=k)
-    for segment in loaded:
-        counts = counts + np.bincount(segment.labels, minlength=k)
+    counts = _counts(loaded, new_labels)
     kind = "IVF_PQ" if details.WhichOneof("compression") == "pq" else "IVF_FLAT"
-    joined = counts < MIN_PARTITION_SIZE_PERCENT * TARGET_PARTITION_SIZE[kind] // 100
-    if not joined.any():
-        return None
-    if joined.all():
-        joined[int(np.argmax(counts))] = False
-    return joined
+    small = counts < MIN_PARTITION_SIZE_PERCENT * TARGET_PARTITION_SIZE[kind] // 100
+    return small if small.any() else None
+
+
+def _fill(dists: np.ndarray, room: np.ndarray) -> np.ndarray | None:
+    """Candidate of each row (rows in order, each to its nearest candidate with room left, a
+    candidate taking ``room`` rows at most), or None when some row finds every candidate full.
+    Exact per-row sequential semantics, vectorised: one pass per candidate that fills up."""
+    n, c = dists.shape
+    chosen = np.full(n, -1, np.int64)
+    room = room.astype(np.int64).copy()
+    full = room <= 0
+    start = 0
+    while start < n:
+        if full.all():
+            return None
+        choice = np.where(full[None, :], np.inf, dists[start:]).argmin(1)
+        taken = np.zeros((choice.size, c), bool)
+        taken[np.arange(choice.size), choice] = True
+        seen = np.cumsum(taken, axis=0)  # rows sent to each candidate so far
+        over = seen[np.arange(choice.size), choice] > room[choice]  # a row finding its choice full
+        stop = int(np.argmax(over)) if over.any() else choice.size
+        chosen[start:start + stop] = choice[:stop]
+        room -= seen[stop - 1] if stop else 0
+        full |= room <= 0
+        start += stop
+    return chosen
 
 
 def _join(current: LanceDataset, column: str, segments: Sequence[table_pb2.IndexMetadata], base: _Segment,
-          details: index_pb2.VectorIndexDetails, parts: list, new_vectors: np.ndarray, joined: np.ndarray
-          ) -> tuple[list, np.ndarray]:
-    """Drop the joined partitions' centroids; their live rows (stored ones first, then the added
-    ones, partition by partition) go to the nearest remaining centroid, as pylance 14 does."""
+          details: index_pb2.VectorIndexDetails, parts: list, new_vectors: np.ndarray, counts: np.ndarray,
+          small: np.ndarray) -> tuple[list, np.ndarray] | None:
+    """Join the small partitions as pylance 14 does, smallest first (counted once, before any
+    join): a partition's live rows (stored ones segment by segment, then the added ones, then those joined
+    into it before) go, in that order, each to the nearest of the 64 remaining centroids nearest
+    its own that holds fewer than 4x the target size (counting as for the join and the rows
+    moved in); when some row finds them all full the partition stays as it is (with the rows
+    moved in). A partition holds its own rows, then those moved in, by the partition they come
+    from (in index order).
+    Returns None when nothing was joined."""
     metric = _metric(details)
-    keep = np.flatnonzero(~joined)
-    relabel = np.full(joined.size, -1, np.int64)
-    relabel[keep] = np.arange(keep.size)
-    centroids = base.centroids[keep]
+    train_metric = "dot" if metric == "dot" else "l2"
+    kind = "IVF_PQ" if details.WhichOneof("compression") == "pq" else "IVF_FLAT"
+    capacity = MAX_PARTITION_SIZE_FACTOR * TARGET_PARTITION_SIZE[kind]
+    old = base.centroids
+    k = old.shape[0]
     live_fragments = sorted(set().union(*(fragment_bitmap(s) for s in segments)) & {f.id for f in current._fragments})
-    all_vectors, all_ids = _new_rows(current, column, live_fragments, base.centroids.shape[1])
+    all_vectors, all_ids = _new_rows(current, column, live_fragments, old.shape[1])
     order = np.argsort(all_ids)
     all_ids, all_vectors = all_ids[order], all_vectors[order]
+    if metric == "cosine":
+        all_vectors = ivf.normalize(all_vectors)
     stored, added = parts[:-1], parts[-1]
-    out = [(relabel[lab[~joined[lab]]], rid[~joined[lab]], pay[~joined[lab]]) for lab, rid, pay in stored]
-    lab, rid, pay = added
-    out.append((relabel[lab[~joined[lab]]], rid[~joined[lab]], pay[~joined[lab]]))
-    is_pq = details.WhichOneof("compression") == "pq"
-    for partition in np.flatnonzero(joined).tolist():
-        moved_ids = np.concatenate([p[1][p[0] == partition] for p in stored] or [np.zeros(0, np.uint64)])
-        pos = np.minimum(np.searchsorted(all_ids, moved_ids), max(all_ids.size - 1, 0))
-        found = all_ids[pos] == moved_ids if all_ids.size else np.zeros(moved_ids.size, bool)
-        ids = np.concatenate([moved_ids[found], added[1][added[0] == partition]])
-        vectors = np.concatenate([all_vectors[pos[found]], new_vectors[added[0] == partition]])
-        if metric == "cosine":
-            vectors = ivf.normalize(vectors)
-        if not len(ids):
+    if metric == "cosine":
+        new_vectors = ivf.normalize(new_vectors)
+    size = counts.astype(np.int64).copy()
+    alive = np.ones(k, bool)
+    # moved rows by the partition they come from: (ids, vectors, current partition)
+    moved: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    for p in np.flatnonzero(small)[np.argsort(counts[small], kind="stable")].tolist():
+        stored_ids = np.concatenate([rid[lab == p] for lab, rid, _ in stored] or [np.zeros(0, np.uint64)])
+        pos = np.minimum(np.searchsorted(all_ids, stored_ids), max(all_ids.size - 1, 0))
+        found = all_ids[pos] == stored_ids if all_ids.size else np.zeros(stored_ids.size, bool)
+        ids = np.concatenate([stored_ids[found], added[1][added[0] == p]])
+        vectors = np.concatenate([all_vectors[pos[found]], new_vectors[added[0] == p]])
+        came = {source: labels == p for source, (_, _, labels) in sorted(moved.items())}
+        rows = np.concatenate([vectors, *(moved[source][1][mask] for source, mask in came.items())])
+        others = np.flatnonzero(alive & (np.arange(k) != p))
+        if not others.size:
             continue
-        train_metric = "dot" if metric == "dot" else "l2"
-        dists = ((centroids - base.centroids[partition]) ** 2).sum(1) if train_metric == "l2" else \
-            -(centroids @ base.centroids[partition])
-        candidates = np.argsort(dists, kind="stable")[:REASSIGN_RANGE]
-        local, _ = kmeans.assign(vectors, centroids[candidates], train_metric)
-        labels = candidates[local]
-        if not is_pq:
-            payload = vectors.astype(np.float32, copy=False)
-        elif pq.use_residual(metric):
-            payload = pq.encode(vectors - centroids[labels], _codebooks(base, details.pq.num_sub_vectors))
-        else:
-            codes, _ = kmeans.assign_batched(pq._split(vectors, details.pq.num_sub_vectors),
-                                             _codebooks(base, details.pq.num_sub_vectors), "dot")
-            payload = np.ascontiguousarray(codes.T, dtype=np.uint8)
-        out.append((labels, ids, payload))
+        to_old = ((old[others] - old[p]) ** 2).sum(1) if train_metric == "l2" else -(old[others] @ old[p])
+        candidates = others[np.argsort(to_old, kind="stable")[:REASSIGN_RANGE]]
+        x, c = rows.astype(np.float64), old[candidates].astype(np.float64)
+        dists = -(x @ c.T)  # n x candidates (n under a quarter of the target size, or what moved in)
+        if train_metric == "l2":
+            dists = np.maximum(2 * dists + np.einsum("nd,nd->n", x, x)[:, None] + np.einsum("kd,kd->k", c, c), 0)
+        chosen = _fill(dists, capacity - size[candidates])
+        if chosen is None:
+            continue  # no room for every row: the partition stays
+        alive[p] = False
+        labels = candidates[chosen]
+        np.add.at(size, labels, 1)
+        moved[p] = (ids, vectors, labels[:len(ids)])
+        at = len(ids)
+        for source, mask in came.items():  # rows moved into p before move on
+            moved[source][2][mask] = labels[at:at + int(mask.sum())]
+            at += int(mask.sum())
+    if alive.all():
+        return None
+    relabel = np.full(k, -1, np.int64)
+    relabel[alive] = np.arange(int(alive.sum()))
+    centroids = old[alive]
+    out = [(relabel[lab[alive[lab]]], rid[alive[lab]], pay[alive[lab]]) for lab, rid, pay in stored]
+    lab, rid, pay = added
+    out.append((relabel[lab[alive[lab]]], rid[alive[lab]], pay[alive[lab]]))
+    for _, (ids, vectors, labels) in sorted(moved.items()):
+        if ids.size:
+            final = relabel[labels]
+            out.append((final, ids, _payload(base, details, metric, vectors, final, centroids)))
     return out, centroids
 
 
@@ -370,11 +418,8 @@ def _split(current: LanceDataset, column: str, segments: Sequence[table_pb2.Inde
         sample = vectors
         if len(vectors) > ways * SPLIT_SAMPLE_PER_CENTROID:
             sample = vectors[np.sort(rng.choice(len(vectors), ways * SPLIT_SAMPLE_PER_CENTROID, replace=False))]
-        if train_metric == "dot":  # pylance 14's dot centroids are unit vectors (spherical k-means)
-            trained, _ = kmeans.train(ivf.normalize(sample), ways, "l2", rng)
-            trained = ivf.normalize(trained)
-        else:
-            trained, _ = kmeans.train(sample, ways, train_metric, rng)
+        # dot: unit centroids, pylance 14's spherical k-means (as at build)
+        trained, _ = kmeans.train(sample, ways, train_metric, rng, spherical=train_metric == "dot")
         trained = trained.astype(np.float32)
         centroids[0][p] = trained[0]
         start = sum(len(c) for c in centroids)
@@ -385,9 +430,11 @@ def _split(current: LanceDataset, column: str, segments: Sequence[table_pb2.Inde
     out_labels, out_ids, out_vectors = [], [], []
     neighbours: dict[int, list[int]] = {}
     for p, new in new_of.items():
-        others = np.flatnonzero(~split_mask)
+        # the 64 partitions nearest the old centroid (other split ones among them, not rebuilt)
+        others = np.flatnonzero(np.arange(k) != p)
         dists = ((old[others] - old[p]) ** 2).sum(1) if train_metric == "l2" else -(old[others] @ old[p])
         near = others[np.argsort(dists, kind="stable")[:REASSIGN_RANGE]]
+        near = near[~split_mask[near]]
         for q in near.tolist():
             neighbours.setdefault(q, []).extend(new.tolist())
         _, rid, vectors = live(labels == p)
@@ -453,12 +500,14 @@ def optimize_vector_index(current: LanceDataset, name: str, column: str, field_i
     base = load(0, rows=False)  # centroids, codebook, metadata
     vectors, ids = _new_rows(current, column, missing, base.centroids.shape[1])
     labels, payload, loss = _encode(base, details, _metric(details), vectors)
-    centroids, joined, large = None, None, None
+    centroids, small, large = None, None, None
     if num_indices_to_merge is None and missing:
         loaded = [load(i, rows=False) for i in range(len(segments))]
         large = _large_partitions(loaded, labels, details)  # a split comes first: nothing is joined then
-        joined = None if large else _small_partitions(loaded, labels, details)
-        if large or joined is not None:
+        small = None if large else _small_partitions(loaded, labels, details)
+        if small is not None:
+            counts = _counts(loaded, labels)
+        if large or small is not None:
             merge = list(segments)
     parts = [(s.labels, s.ids, s.payload) for s in map(load, range(len(segments) - len(merge), len(segments)))]
     if merge and current.manifest_file.manifest.reader_feature_flags & feature_flags.STABLE_ROW_IDS:
@@ -471,8 +520,12 @@ def optimize_vector_index(current: LanceDataset, name: str, column: str, field_i
     parts.append((labels, ids, payload))
     if large:
         parts, centroids = _split(current, column, segments, base, details, parts, large)
-    elif joined is not None:
-        parts, centroids = _join(current, column, segments, base, details, parts, vectors, joined)
+    elif small is not None:
+        joined = _join(current, column, segments, base, details, parts, vectors, counts, small)
+        if joined is not None:
+            parts, centroids = joined
+        else:  # no partition could be joined (no room): pylance 14 adds a delta segment
+            merge, parts = [], [(labels, ids, payload)]
     files = _files(base, np.concatenate([p[0] for p in parts]).astype(np.int64),
                    np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts]), loss, centroids)
     live = {f.id for f in current._fragments}
