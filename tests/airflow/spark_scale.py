@@ -1,6 +1,7 @@
-"""A large write through ``LanceSparkWriteOperator`` with its memory measured: the source (ids and
-256-float32 embeddings, computed by Spark: no input on disk), Spark's own Parquet write of the same
-DataFrame (``scale_parquet_job.py``, run by spark-submit with the same settings), and the peak RSS
+"""A large write through ``LanceSparkWriteOperator`` with its memory measured: the source (Parquet
+files of ids and 256-float32 embeddings, generated here with numpy: :func:`write_source`), Spark's
+own Parquet write of the same files (``scale_parquet_job.py``, run by spark-submit with the same
+settings), and the peak RSS
 of every process of the job, sampled from /proc every 0.5 s and grouped by kind: the spark-submit
 JVM (the driver; in ``local`` mode the executors run in it), the PySpark driver, executor JVMs
 (``CoarseGrainedExecutorBackend``, on a cluster) and Python workers (``pyspark.daemon`` and the
@@ -21,11 +22,58 @@ PARQUET_JOB = pathlib.Path(__file__).resolve().parent / "scale_parquet_job.py"
 MIB = 1 << 20
 
 
-def source_sql(rows: int, partitions: int) -> str:
-    """``rows`` rows in ``partitions`` Spark partitions: ``id`` and ``embedding`` (256 floats from a
-    32-bit hash of (id, i): as incompressible as random numbers, and the same in every run)."""
-    return (f"SELECT id, transform(sequence(0, {DIM - 1}), i -> CAST(hash(id, i) / 2147483648.0D AS FLOAT)) "
-            f"AS embedding FROM range(0, {rows}, 1, {partitions})")
+def embeddings(ids):  # type: ignore[no-untyped-def]
+    """The embeddings of rows ``ids`` (int64, < 2**24), shape (len(ids), DIM): element i of row r
+    is the top 24 bits of murmur3's 32-bit finaliser of the counter r * DIM + i, scaled to [0, 1):
+    every mantissa bit random (as incompressible as random floats), the same in every run, and
+    computable for any row alone (the tests recompute a sample). Vectorised, in place."""
+    import numpy as np
+
+    ids = np.asarray(ids, dtype=np.int64)
+    h = np.empty((len(ids), DIM), np.uint32)
+    np.add((ids.astype(np.uint32) * np.uint32(DIM))[:, None], np.arange(DIM, dtype=np.uint32), out=h)
+    t = np.empty_like(h)
+    with np.errstate(over="ignore"):
+        for shift, multiplier in ((16, 0x85EBCA6B), (13, 0xC2B2AE35)):
+            np.right_shift(h, shift, out=t)
+            h ^= t
+            h *= np.uint32(multiplier)
+        np.right_shift(h, 16, out=t)
+        h ^= t
+    h >>= np.uint32(8)
+    out = h.astype(np.float32)
+    out *= np.float32(2.0**-24)
+    return out
+
+
+def write_source(directory: pathlib.Path, rows: int, files: int, group_rows: int = 65536) -> list[pathlib.Path]:
+    """``rows`` rows (``id`` 0..rows-1, ``embedding`` list<float32> of DIM) in ``files`` Parquet
+    files of row groups of at most ``group_rows`` rows (uncompressed, no dictionary: quick to write;
+    Spark and the direct reader split them by row group), generated 4096 rows at a time."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    assert rows <= 1 << 24, "the counter r * DIM + i is 32 bits"
+    directory.mkdir(parents=True, exist_ok=True)
+    schema = pa.schema([("id", pa.int64()), ("embedding", pa.list_(pa.float32()))])
+    bounds = np.linspace(0, rows, files + 1).astype(np.int64)
+    paths = []
+    for index, (first, stop) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
+        path = directory / f"part-{index:05d}.parquet"
+        with pq.ParquetWriter(path, schema, compression="none", use_dictionary=False,
+                              write_statistics=["id"]) as writer:
+            for group in range(first, stop, group_rows):
+                batches = []
+                for chunk in range(group, min(group + group_rows, stop), 4096):
+                    ids = np.arange(chunk, min(chunk + 4096, stop, group + group_rows), dtype=np.int64)
+                    values = pa.array(embeddings(ids).reshape(-1), type=pa.float32())  # typed: zero-copy
+                    offsets = pa.array(np.arange(0, len(ids) * DIM + 1, DIM, dtype=np.int32), type=pa.int32())
+                    batches.append(pa.RecordBatch.from_arrays(
+                        [pa.array(ids, type=pa.int64()), pa.ListArray.from_arrays(offsets, values)], schema=schema))
+                writer.write_table(pa.Table.from_batches(batches, schema=schema), row_group_size=group_rows)
+        paths.append(path)
+    return paths
 
 
 def kind_of(cmdline: list[str]) -> str | None:
@@ -106,37 +154,3 @@ RSS_BOUNDS_MIB = {"Python worker": 768, "Python driver": 512, "executor JVM": 15
 def over_bound(report: dict[str, dict[str, int]]) -> dict[str, int]:
     """Kinds whose peak RSS exceeds :data:`RSS_BOUNDS_MIB`."""
     return {kind: r["peak_rss_mib"] for kind, r in report.items() if r["peak_rss_mib"] > RSS_BOUNDS_MIB[kind]}
-
-
-def _rotl(x, r):  # type: ignore[no-untyped-def]
-    return (x << r) | (x >> (32 - r))
-
-
-def _mix(h1, k1):  # type: ignore[no-untyped-def]
-    import numpy as np
-
-    k1 = _rotl(k1 * np.uint32(0xCC9E2D51), np.uint32(15)) * np.uint32(0x1B873593)
-    return _rotl(h1 ^ k1, np.uint32(13)) * np.uint32(5) + np.uint32(0xE6546B64)
-
-
-def _fmix(h1, length: int):  # type: ignore[no-untyped-def]
-    import numpy as np
-
-    h1 = h1 ^ np.uint32(length)
-    h1 = (h1 ^ (h1 >> np.uint32(16))) * np.uint32(0x85EBCA6B)
-    h1 = (h1 ^ (h1 >> np.uint32(13))) * np.uint32(0xC2B2AE35)
-    return h1 ^ (h1 >> np.uint32(16))
-
-
-def expected_embeddings(ids):  # type: ignore[no-untyped-def]
-    """The embeddings :func:`source_sql` gives ``ids`` (numpy int64), computed here: Spark's
-    ``hash`` (Murmur3 x86_32, seed 42, the long ``id`` then the int ``i``), vectorised."""
-    import numpy as np
-
-    with np.errstate(over="ignore"):
-        ids = np.asarray(ids, dtype=np.int64).view(np.uint64)
-        low, high = (ids & np.uint64(0xFFFFFFFF)).astype(np.uint32), (ids >> np.uint64(32)).astype(np.uint32)
-        h = _fmix(_mix(_mix(np.full(len(ids), 42, np.uint32), low), high), 8)
-        i = np.arange(DIM, dtype=np.uint32)
-        hashed = _fmix(_mix(h[:, None], i[None, :]), 4).view(np.int32)
-    return (hashed.astype(np.float64) / 2147483648.0).astype(np.float32)
