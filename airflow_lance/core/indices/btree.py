@@ -28,9 +28,11 @@ def index_version(stable_row_ids: bool) -> int:
     return 1 if stable_row_ids else 0
 
 
-def build(values: pa.Array, row_addrs: np.ndarray, batch_size: int = BATCH_SIZE) -> dict[str, IndexFileData]:
-    """The files of a BTREE over ``values`` at ``row_addrs``: name -> (table, schema metadata)."""
-    order = sort_order(values, row_addrs)
+def build(values: pa.Array, row_addrs: np.ndarray, batch_size: int = BATCH_SIZE,
+          order: np.ndarray | None = None) -> dict[str, IndexFileData]:
+    """The files of a BTREE over ``values`` at ``row_addrs``: name -> (table, schema metadata).
+    ``order``: their positions in index order when known (:func:`.sort.merge_order`)."""
+    order = sort_order(values, row_addrs) if order is None else order
     sorted_values = values.take(pa.array(order))
     ids = pa.array(np.asarray(row_addrs, dtype=np.uint64)[order], pa.uint64())
     pages = pa.table({"values": sorted_values, "ids": ids},
