@@ -7,15 +7,22 @@ scans them). The driver checks the column and the parameters as the core's creat
 
 * scalar (BTREE, BITMAP, LABEL_LIST): each task reads its fragments' column with the row
   addresses (or stable row ids) the index holds and sorts them into one run (index order:
-  nulls first, then by value, then by address); the runs come back as Arrow IPC and the driver
-  merges them and writes the index files (:func:`airflow_lance.core.indices.create.index_files`);
+  nulls first, then by value, then by address) and stages the run; the driver reads the runs,
+  merges them (a stable merge of the sorted runs, :func:`airflow_lance.core.indices.sort.merge_order`,
+  not a sort) and writes the index files (:func:`airflow_lance.core.indices.create.index_files`);
 * vector (IVF_FLAT, IVF_PQ): a first pass counts each task's finite non-null vectors and draws
   a uniform sample of them; the driver draws the training sample from those (uniform over all
   vectors: a multivariate hypergeometric split by task), trains the IVF centroids and PQ
   codebooks (:func:`airflow_lance.core.indices.ivf.train`) and shares the model; a second pass
   assigns and encodes each task's vectors (:func:`~airflow_lance.core.indices.ivf.encode`) and
-  sends back the partition ids, row ids and codes (or vectors) as Arrow IPC; the driver lays
-  out the files (:func:`~airflow_lance.core.indices.ivf.assemble`).
+  stages the partition ids, row ids and codes (or vectors); the driver reads them and lays out
+  the files (:func:`~airflow_lance.core.indices.ivf.assemble`).
+
+A task's part (sorted run or encoded vectors) is staged as one Arrow IPC file in the dataset's
+store, ``_airflow_staging/create_index-<job uuid>-part-<task>.arrow``, not sent back through
+Spark: a task result travels through the JVMs (two more copies) and all of them together are
+bounded by ``spark.driver.maxResultSize`` (1 GiB by default: 2M vectors of 128 float32). The
+driver deletes the parts once it has read them (also when the job fails).
 
 The files go under a new ``_indices/<uuid>/``; the staged result holds one
 ``{"num_rows": n}`` per task and ``info``: the index's ``IndexMetadata`` (base64 protobuf),
@@ -25,7 +32,9 @@ read version. Nothing is committed here.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -36,13 +45,20 @@ from airflow_lance.core import dataset
 from airflow_lance.core.indices import ivf
 from airflow_lance.core.indices.create import index_files, read_column, write_index
 from airflow_lance.core.indices.plan import check_params, encode_index
-from airflow_lance.core.indices.sort import sort_order
+from airflow_lance.core.indices.sort import merge_order, sort_order
 from airflow_lance.core.indices.vector import cap_partitions, read_vectors, write_vector_index
 from airflow_lance.spark.distributed import from_ipc, map_tasks, share, to_ipc, unshare
+from airflow_lance.spark.spec import STAGING_DIR
 from airflow_lance.spark.task_spec import TaskJobSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+
+def _parts_dir() -> str:
+    """A new name prefix (in the dataset's staging folder) for one job's staged parts (files beside
+    the staged result, so no folder is left behind; removed after the merge)."""
+    return f"{STAGING_DIR}/create_index-{uuid.uuid4().hex}"
 
 
 def _open(uri: str, storage_options: Mapping[str, str], params: Mapping[str, Any]) -> Any:
@@ -50,27 +66,55 @@ def _open(uri: str, storage_options: Mapping[str, str], params: Mapping[str, Any
 
 
 # -- scalar ---------------------------------------------------------------------------------------
-def sorted_run(fragment_ids: Sequence[int], *, uri: str, storage_options: Mapping[str, str],
-               params: Mapping[str, Any], index_type: str) -> bytes:
-    """Executor side: the indexed values and row addresses of ``fragment_ids`` in index order
-    (LABEL_LIST: in scan order, its lists are not ordered), as Arrow IPC."""
+def part_path(parts: str, task: int) -> str:
+    """Where task ``task`` of the job stages its part (a path in the dataset's store)."""
+    return f"{parts}-part-{task:05d}.arrow"
+
+
+def _stage(ds: Any, path: str, table: pa.Table) -> int:
+    ds.store.write(path, to_ipc(table))
+    return table.num_rows
+
+
+def _staged_parts(ds: Any, parts: str, tasks: int) -> list[pa.Table]:
+    return [from_ipc(ds.store.read(part_path(parts, task))) for task in range(tasks)]
+
+
+def _remove_parts(ds: Any, parts: str, tasks: int) -> None:
+    for task in range(tasks):  # one file per task
+        with contextlib.suppress(Exception):  # best effort: a part a failed task never wrote
+            ds.store.delete(part_path(parts, task))
+
+
+def sorted_run(task: tuple[int, Sequence[int]], *, uri: str, storage_options: Mapping[str, str],
+               params: Mapping[str, Any], index_type: str, parts: str) -> int:
+    """Executor side: stage the indexed values and row addresses of the task's fragments in index
+    order (LABEL_LIST: in scan order, its lists are not ordered) as Arrow IPC at
+    :func:`part_path`; the rows staged."""
+    number, fragment_ids = task
     ds = _open(uri, storage_options, params)
     values, addrs, _ = read_column(ds, params["column"], index_type, list(fragment_ids))
     if index_type != "LABEL_LIST" and len(addrs):
         order = sort_order(values, addrs)
         values, addrs = values.take(pa.array(order)), addrs[order]
-    return to_ipc(pa.table({"values": values, "addrs": pa.array(addrs, pa.uint64())}))
+    return _stage(ds, part_path(parts, number), pa.table({"values": values, "addrs": pa.array(addrs, pa.uint64())}))
 
 
 def build_scalar(spark: SparkSession, spec: TaskJobSpec, ds: Any, index_type: str, field_id: int,
                  name: str) -> tuple[list[Any], Any, int]:
+    parts = _parts_dir()
     run = functools.partial(sorted_run, uri=spec.uri, storage_options=dict(spec.storage_options),
-                            params=dict(spec.params), index_type=index_type)
-    runs = [from_ipc(data) for data in map_tasks(spark, [list(t) for t in spec.tasks], run)]
+                            params=dict(spec.params), index_type=index_type, parts=parts)
+    try:
+        map_tasks(spark, list(enumerate(list(t) for t in spec.tasks)), run)
+        runs = _staged_parts(ds, parts, len(spec.tasks))
+    finally:
+        _remove_parts(ds, parts, len(spec.tasks))
     merged = pa.concat_tables(runs).combine_chunks()
     values = merged.column("values").combine_chunks()
     addrs = merged.column("addrs").to_numpy().astype(np.uint64, copy=False)
-    files, type_url, version = index_files(ds, index_type, values, addrs)
+    order = None if index_type == "LABEL_LIST" else merge_order(values, addrs, [t.num_rows for t in runs])
+    files, type_url, version = index_files(ds, index_type, values, addrs, order)
     fragments = [int(f) for task in spec.tasks for f in task]
     index = write_index(ds, field_id, name, files, type_url, version, fragments)
     return [{"num_rows": t.num_rows} for t in runs], index, len(addrs)
@@ -90,10 +134,12 @@ def count_and_sample(fragment_ids: Sequence[int], *, uri: str, storage_options: 
     return count, np.ascontiguousarray(vectors, np.float32).tobytes()
 
 
-def encode_vectors(fragment_ids: Sequence[int], *, uri: str, storage_options: Mapping[str, str],
-                   params: Mapping[str, Any], dim: int, model: Any) -> tuple[float, bytes]:
-    """Executor side, second pass: the vectors of ``fragment_ids`` assigned and encoded against the
-    shared model: (their loss, Arrow IPC of partition ids, row ids and codes or vectors)."""
+def encode_vectors(task: tuple[int, Sequence[int]], *, uri: str, storage_options: Mapping[str, str],
+                   params: Mapping[str, Any], dim: int, model: Any, parts: str) -> float:
+    """Executor side, second pass: the vectors of the task's fragments assigned and encoded against
+    the shared model, staged as Arrow IPC of partition ids, row ids and codes or vectors at
+    :func:`part_path`; their loss."""
+    number, fragment_ids = task
     trained: ivf.IvfModel = model.value
     ds = _open(uri, storage_options, params)
     vectors, row_ids, _ = read_vectors(ds, params["column"], dim, list(fragment_ids))
@@ -102,8 +148,9 @@ def encode_vectors(fragment_ids: Sequence[int], *, uri: str, storage_options: Ma
     value_type = pa.float32() if trained.codebooks is None else pa.uint8()
     values = pa.FixedSizeListArray.from_arrays(pa.array(np.ascontiguousarray(part.values).reshape(-1), value_type),
                                                width)
-    return part.loss, to_ipc(pa.table({"partition": pa.array(part.labels.astype(np.uint32)),
-                                     "row_id": pa.array(row_ids, pa.uint64()), "values": values}))
+    _stage(ds, part_path(parts, number), pa.table({"partition": pa.array(part.labels.astype(np.uint32)),
+                                                   "row_id": pa.array(row_ids, pa.uint64()), "values": values}))
+    return part.loss
 
 
 def training_sample(counts: Sequence[int], samples: Sequence[np.ndarray], size: int,
@@ -135,17 +182,19 @@ def build_vector(spark: SparkSession, spec: TaskJobSpec, ds: Any, params: ivf.Ve
     sample = ivf.prepare(training_sample(counts, samples, size, rng), params.metric)
     model, _, _ = ivf.train(sample, params, rng)
     shared = share(spark, model)
+    staged = _parts_dir()
     try:
-        second = map_tasks(spark, tasks, functools.partial(encode_vectors, uri=spec.uri, storage_options=options,
-                                                           params=dict(spec.params), dim=dim, model=shared))
+        losses = map_tasks(spark, list(enumerate(tasks)),
+                           functools.partial(encode_vectors, uri=spec.uri, storage_options=options,
+                                             params=dict(spec.params), dim=dim, model=shared, parts=staged))
+        parts = _staged_parts(ds, staged, len(tasks))
     finally:
         unshare(shared)
-    parts = [from_ipc(data) for _, data in second]
+        _remove_parts(ds, staged, len(tasks))
     table = pa.concat_tables(parts).combine_chunks()
     width = table.schema.field("values").type.list_size
     values = table.column("values").combine_chunks().flatten().to_numpy(zero_copy_only=False).reshape(-1, width)
-    part = ivf.EncodedPart(table.column("partition").to_numpy().astype(np.int64), float(sum(loss for loss, _ in second)),
-                           values)
+    part = ivf.EncodedPart(table.column("partition").to_numpy().astype(np.int64), float(sum(losses)), values)
     files = ivf.assemble(model, part, table.column("row_id").to_numpy())
     fragments = [int(f) for task in tasks for f in task]
     index = write_vector_index(ds, field_id, name, params, files, fragments)

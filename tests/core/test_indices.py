@@ -346,6 +346,40 @@ def test_fast_integer_sort_equals_the_two_key_sort():
         assert np.array_equal(sort.sort_order(values, a), expected.to_numpy()), values.type
 
 
+
+def test_merge_of_sorted_runs_equals_the_full_sort():
+    """``merge_order`` (the Spark build's driver merge of per-task sorted runs) gives the positions
+    ``sort_order`` gives over the concatenated runs: integer, float, string, bool and nullable keys,
+    ties across runs, empty runs, and runs whose address ranges are not ascending (full sort)."""
+    from airflow_lance.core.indices import sort
+
+    rng = np.random.default_rng(2)
+    n = 6000
+    cases = [
+        pa.array(rng.integers(0, 40, n), mask=rng.random(n) < 0.1),
+        pa.array(rng.integers(np.iinfo(np.int64).min, np.iinfo(np.int64).max, n, dtype=np.int64)),
+        pa.array(np.round(rng.normal(size=n), 1), mask=rng.random(n) < 0.05),
+        pa.array([f"k{v:02d}" for v in rng.integers(0, 50, n)], mask=rng.random(n) < 0.05),
+        pa.array(rng.random(n) < 0.5),
+        pa.array(rng.integers(0, 1000, n).astype("datetime64[us]")),
+    ]
+    for values in cases:
+        for fragments in ([0, 1, 2, 3], [0, 2, 1, 3], [5, 6, 7, 8]):  # [0, 2, 1, 3]: ranges out of order
+            bounds = [0, 1000, 1000, 3500, n]  # the second run is empty
+            runs_values, runs_addrs = [], []
+            for task, (start, end) in enumerate(zip(bounds[:-1], bounds[1:])):
+                chunk = values.slice(start, end - start)
+                addrs = (np.uint64(fragments[task]) << np.uint64(32)) + np.arange(end - start, dtype=np.uint64)
+                order = sort.sort_order(chunk, addrs)
+                runs_values.append(chunk.take(pa.array(order, pa.int64())))
+                runs_addrs.append(addrs[order])
+            merged = pa.concat_arrays(runs_values)
+            addrs = np.concatenate(runs_addrs)
+            got = sort.merge_order(merged, addrs, np.diff(bounds))
+            assert np.array_equal(got, sort.sort_order(merged, addrs)), (values.type, fragments)
+    with pytest.raises(ValueError, match="run lengths"):
+        sort.merge_order(pa.array([1, 2]), np.array([0, 1], np.uint64), [1])
+
 def test_delta_segments_written_by_pylance_are_described_as_pylance(uri):
     pylance.write_dataset(_data(300), uri)
     pylance.dataset(uri).create_scalar_index("i", "BTREE")

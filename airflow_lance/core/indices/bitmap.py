@@ -10,6 +10,7 @@ portable 32-bit roaring bitmap. Schema metadata ``lance:index_stats`` =
 
 from __future__ import annotations
 
+import array
 import json
 import struct
 
@@ -26,26 +27,52 @@ TYPE_URL = "/lance.table.BitmapIndexDetails"
 INDEX_VERSION = 0
 
 
+def _uint32_array(values: np.ndarray) -> array.array:
+    """``values`` as an ``array.array('I')``: pyroaring adds those in bulk (a numpy array it
+    iterates element by element, about 10x slower)."""
+    out = array.array("I")
+    if out.itemsize != 4:  # pragma: no cover - 'I' is 4 bytes on every platform we run on
+        return values.tolist()
+    out.frombytes(np.ascontiguousarray(values, np.uint32).tobytes())
+    return out
+
+
+def _serialize_groups(row_addrs: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> list[bytes]:
+    """:func:`serialize_row_addrs` of each ``row_addrs[start:end]`` (sorted, non-empty), with the
+    fragment ids and offsets split once over all rows (one roaring bitmap per group and fragment)."""
+    fragments = (row_addrs >> np.uint64(32)).astype(np.uint32)
+    offsets = (row_addrs & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    cuts = np.zeros(len(row_addrs) + 1, bool)
+    cuts[starts] = True
+    cuts[ends] = True
+    cuts[1:-1] |= fragments[1:] != fragments[:-1]
+    bounds = np.flatnonzero(cuts)  # every group or fragment boundary, then per group its pieces
+    first = np.searchsorted(bounds, starts)
+    last = np.searchsorted(bounds, ends)
+    bounds_list, fragment_list = bounds.tolist(), fragments[bounds[:-1]].tolist() if len(bounds) > 1 else []
+    out = []
+    for lo, hi in zip(first.tolist(), last.tolist()):  # one entry per group, pieces per fragment: not per row
+        parts = [struct.pack("<I", hi - lo)]
+        for piece in range(lo, hi):
+            data = pyroaring.BitMap(_uint32_array(offsets[bounds_list[piece]:bounds_list[piece + 1]])).serialize()
+            parts.append(struct.pack("<II", fragment_list[piece], len(data)))
+            parts.append(data)
+        out.append(b"".join(parts))
+    return out
+
+
 def serialize_row_addrs(row_addrs: np.ndarray) -> bytes:
     """Lance's ``RowAddrTreeMap::serialize_into`` of sorted row addresses."""
     if not len(row_addrs):
         return struct.pack("<I", 0)
-    fragments = (row_addrs >> np.uint64(32)).astype(np.uint32)
-    offsets = (row_addrs & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-    bounds = np.flatnonzero(np.diff(fragments)) + 1
-    starts = np.concatenate([[0], bounds]).astype(np.int64)
-    ends = np.concatenate([bounds, [len(row_addrs)]]).astype(np.int64)
-    parts = [struct.pack("<I", len(starts))]
-    for start, end in zip(starts, ends):  # one entry per fragment, not per row
-        data = pyroaring.BitMap(offsets[start:end]).serialize()
-        parts.append(struct.pack("<II", int(fragments[start]), len(data)))
-        parts.append(data)
-    return b"".join(parts)
+    addrs = np.asarray(row_addrs, np.uint64)
+    return _serialize_groups(addrs, np.zeros(1, np.int64), np.array([len(addrs)], np.int64))[0]
 
 
-def build(values: pa.Array, row_addrs: np.ndarray) -> dict[str, IndexFileData]:
-    """The file of a BITMAP over ``values`` at ``row_addrs``: name -> (table, schema metadata)."""
-    order = sort_order(values, row_addrs)
+def build(values: pa.Array, row_addrs: np.ndarray, order: np.ndarray | None = None) -> dict[str, IndexFileData]:
+    """The file of a BITMAP over ``values`` at ``row_addrs``: name -> (table, schema metadata).
+    ``order``: their positions in index order when known (:func:`.sort.merge_order`)."""
+    order = sort_order(values, row_addrs) if order is None else order
     sorted_values = values.take(pa.array(order))
     addrs = np.asarray(row_addrs, dtype=np.uint64)[order]
     n = len(order)
@@ -58,7 +85,7 @@ def build(values: pa.Array, row_addrs: np.ndarray) -> dict[str, IndexFileData]:
     else:
         starts = np.zeros(0, np.int64)
     ends = np.concatenate([starts[1:], [n]]).astype(np.int64)
-    bitmaps = [serialize_row_addrs(addrs[s:e]) for s, e in zip(starts, ends)]  # one per distinct value
+    bitmaps = _serialize_groups(addrs, starts, ends)  # one per distinct value
     table = pa.table(
         {"keys": sorted_values.take(pa.array(starts)), "bitmaps": pa.array(bitmaps, pa.binary())},
         schema=pa.schema([pa.field("keys", values.type), pa.field("bitmaps", pa.binary())]),

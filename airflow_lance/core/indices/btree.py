@@ -28,9 +28,11 @@ def index_version(stable_row_ids: bool) -> int:
     return 1 if stable_row_ids else 0
 
 
-def build(values: pa.Array, row_addrs: np.ndarray, batch_size: int = BATCH_SIZE) -> dict[str, IndexFileData]:
-    """The files of a BTREE over ``values`` at ``row_addrs``: name -> (table, schema metadata)."""
-    order = sort_order(values, row_addrs)
+def build(values: pa.Array, row_addrs: np.ndarray, batch_size: int = BATCH_SIZE,
+          order: np.ndarray | None = None) -> dict[str, IndexFileData]:
+    """The files of a BTREE over ``values`` at ``row_addrs``: name -> (table, schema metadata).
+    ``order``: their positions in index order when known (:func:`.sort.merge_order`)."""
+    order = sort_order(values, row_addrs) if order is None else order
     sorted_values = values.take(pa.array(order))
     ids = pa.array(np.asarray(row_addrs, dtype=np.uint64)[order], pa.uint64())
     pages = pa.table({"values": sorted_values, "ids": ids},
@@ -38,13 +40,12 @@ def build(values: pa.Array, row_addrs: np.ndarray, batch_size: int = BATCH_SIZE)
     n = len(order)
     starts = np.arange(0, n, batch_size, dtype=np.int64)
     ends = np.minimum(starts + batch_size, n)
-    valid = sorted_values.is_valid().to_numpy(zero_copy_only=False).astype(np.int64)
-    nulls_before = np.concatenate([[0], np.cumsum(1 - valid)])
+    nulls = sorted_values.null_count  # all first, in index order: a page's nulls are the part of them in it
     lookup = pa.table(
         {
             "min": sorted_values.take(pa.array(starts)),
             "max": sorted_values.take(pa.array(ends - 1)),
-            "null_count": pa.array(nulls_before[ends] - nulls_before[starts], pa.uint32()),
+            "null_count": pa.array(np.clip(nulls - starts, 0, ends - starts), pa.uint32()),
             "page_idx": pa.array(np.arange(len(starts)), pa.uint32()),
         },
         schema=pa.schema([

@@ -130,14 +130,15 @@ def read_column(current: LanceDataset, column: str, index_type: str, fragment_id
     return values, addrs, [f.id for f in fragments]
 
 
-def index_files(current: LanceDataset, index_type: str, values: pa.Array, addrs: np.ndarray
-                ) -> tuple[dict, str, int]:
-    """The files of a scalar index over ``values`` at ``addrs`` (any order), its type URL and version."""
+def index_files(current: LanceDataset, index_type: str, values: pa.Array, addrs: np.ndarray,
+                order: np.ndarray | None = None) -> tuple[dict, str, int]:
+    """The files of a scalar index over ``values`` at ``addrs`` (any order), its type URL and version.
+    ``order``: the positions in index order when known (BTREE, BITMAP; :func:`.sort.merge_order`)."""
     stable = bool(current.manifest_file.manifest.reader_feature_flags & feature_flags.STABLE_ROW_IDS)
     if index_type == "BTREE":
-        return btree.build(values, addrs), btree.TYPE_URL, btree.index_version(stable)
+        return btree.build(values, addrs, order=order), btree.TYPE_URL, btree.index_version(stable)
     if index_type == "BITMAP":
-        return bitmap.build(values, addrs), bitmap.TYPE_URL, bitmap.INDEX_VERSION
+        return bitmap.build(values, addrs, order), bitmap.TYPE_URL, bitmap.INDEX_VERSION
     return label_list.build(values, addrs), label_list.TYPE_URL, label_list.INDEX_VERSION
 
 

@@ -7,6 +7,8 @@ inf < NaN``, Rust's ``total_cmp``); strings and binaries bytewise. Ties are brok
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -72,3 +74,35 @@ def sort_order(values: pa.Array, row_addrs: np.ndarray) -> np.ndarray:
         return np.concatenate([np.flatnonzero(~valid), valid_positions[_integer_order(ints[valid_positions])]])
     table = pa.table({"k": key, "r": pa.array(row_addrs, pa.uint64())})
     return pc.sort_indices(table, sort_keys=[("k", "ascending", "at_start"), ("r", "ascending", "at_start")]).to_numpy()
+
+
+def _ascending_ranges(addrs: np.ndarray, run_lengths: np.ndarray) -> bool:
+    """Whether every run's addresses lie below the next non-empty run's."""
+    lengths = run_lengths[run_lengths > 0]
+    if len(lengths) < 2:
+        return True
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    return bool(np.all(np.maximum.reduceat(addrs, starts)[:-1] < np.minimum.reduceat(addrs, starts)[1:]))
+
+
+def merge_order(values: pa.Array, row_addrs: np.ndarray, run_lengths: Sequence[int]) -> np.ndarray:
+    """:func:`sort_order` of the concatenation of runs of ``run_lengths`` rows, each already in
+    index order (as :func:`sort_order` gives; the sorted runs of a distributed build): the same
+    positions, by a stable merge (``O(n log runs)``, timsort merges the runs) when the runs'
+    addresses are ascending disjoint ranges (tasks over fragments in dataset order), else by a
+    full :func:`sort_order`. Stability keeps each run's tie order, which is by address."""
+    addrs = np.asarray(row_addrs)
+    lengths = np.asarray(run_lengths, np.int64)
+    if int(lengths.sum()) != len(addrs):
+        raise ValueError(f"run lengths sum to {int(lengths.sum())}, not to the {len(addrs)} rows")
+    if len(addrs) < 2 or not _ascending_ranges(addrs, lengths):
+        return sort_order(values, row_addrs)
+    key = sort_key(values)
+    ints = _as_integers(key)
+    if ints is None:  # Arrow's sort is stable: ties stay in run order
+        return pc.sort_indices(pa.table({"k": key}), sort_keys=[("k", "ascending", "at_start")]).to_numpy()
+    if not key.null_count:
+        return np.argsort(ints, kind="stable")
+    valid = key.is_valid().to_numpy(zero_copy_only=False)
+    valid_positions = np.flatnonzero(valid)
+    return np.concatenate([np.flatnonzero(~valid), valid_positions[np.argsort(ints[valid_positions], kind="stable")]])

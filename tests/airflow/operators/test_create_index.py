@@ -142,6 +142,8 @@ def test_retries_commit_once_and_reuse_the_staged_index(run: IndexRun) -> None:
     assert len(list((run.root / "spark.lance" / "_indices").iterdir())) == 2
     assert not list((run.root / "spark.lance" / "_airflow_staging").glob("**/*.json")) or all(
         p.name.endswith(".landed.json") for p in (run.root / "spark.lance" / "_airflow_staging").glob("**/*.json"))
+    # the tasks' staged parts (sorted runs, encoded vectors) were removed after the merge
+    assert not list((run.root / "spark.lance" / "_airflow_staging").glob("create_index-*"))
 
 
 @pytest.mark.parametrize(("task_id", "error", "words"), [
