@@ -30,7 +30,9 @@ from airflow_lance.core.indices.vector import (
     PYLANCE_VECTOR_TYPES,
     cap_partitions,
     check_vector_index,
+    empty_vector_index,
     read_vectors,
+    trains_nothing,
     write_vector_index,
 )
 
@@ -97,6 +99,8 @@ def build_index_uncommitted(ds: LanceDataset, checked: CheckedIndex, seed: int |
     if checked.vector is not None:
         assert checked.dim is not None
         vectors, row_ids, fragments = read_vectors(ds, checked.column, checked.dim)
+        if trains_nothing(checked.vector, ds.count_rows(), len(vectors)):  # pylance 14's empty index
+            return empty_vector_index(ds, checked.field_id, checked.name, checked.vector), 0
         params = cap_partitions(checked.vector, len(vectors))
         files = ivf.build(vectors, row_ids, params, np.random.default_rng(seed))
         return write_vector_index(ds, checked.field_id, checked.name, params, files, fragments), len(row_ids)
