@@ -92,6 +92,17 @@ def check_index(ds: LanceDataset, column: Any, index_type: Any, name: str | None
     return CheckedIndex(column, kind, field_id, resolved, removed)
 
 
+def builds_empty_index(ds: LanceDataset, checked: CheckedIndex) -> bool:
+    """Whether the checked vector index is, without reading a vector, one pylance 14 commits empty
+    (no rows; IVF_PQ: fewer live rows than PQ trains on): the Airflow operator then builds it
+    locally, no Spark job runs (:func:`.vector.trains_nothing`; the Spark job makes the same entry
+    when only the vectors, not the rows, are too few)."""
+    if checked.vector is None:
+        return False
+    rows = ds.count_rows()
+    return rows == 0 or (checked.vector.index_type == "IVF_PQ" and rows < 2 ** checked.vector.num_bits)
+
+
 def build_index_uncommitted(ds: LanceDataset, checked: CheckedIndex, seed: int | None = None
                             ) -> tuple[table_pb2.IndexMetadata, int]:
     """Write the files of the checked index over every fragment of ``ds``; its ``IndexMetadata``

@@ -42,8 +42,11 @@ with DAG("lance_test_create_index", schedule=None, start_date=dt.datetime(2025, 
     vector_on_text = LanceCreateIndexOperator(task_id="vector_on_text", column="label", index_type="IVF_FLAT",
                                               mode="spark", **refused)
     exists = LanceCreateIndexOperator(task_id="exists", column="id", index_type="BTREE", mode="spark", **refused)
+    # 20 rows: too few to train PQ, pylance 14 commits an empty index; no Spark job runs for it
+    empty_pq_spark = LanceCreateIndexOperator(task_id="empty_pq_spark", uri=f"{ROOT}/few.lance", column="vec",
+                                              index_type="IVF_PQ", num_sub_vectors=4, **spark)
     (btree_local >> ivf_pq_local >> btree_spark >> ivf_pq_spark >> unknown_type >> missing_column >> wrong_type
-     >> vector_on_text >> exists)
+     >> vector_on_text >> exists >> empty_pq_spark)
 
 with DAG("lance_test_create_index_more", schedule=None, start_date=dt.datetime(2025, 1, 1),
          catchup=False) as more_dag:

@@ -67,6 +67,9 @@ def run(tmp_path_factory: pytest.TempPathFactory, spark_submit_spy: SparkSubmitS
     for name in ("spark", "untouched"):
         shutil.copytree(root / "local.lance", root / f"{name}.lance")
     pylance.dataset(str(root / "untouched.lance")).create_scalar_index("id", "BTREE")
+    for name in ("few", "few_pylance"):
+        pylance.write_dataset(_table(20), str(root / f"{name}.lance"))
+    pylance.dataset(str(root / "few_pylance.lance")).create_index("vec", "IVF_PQ", num_sub_vectors=4)
     dag_run = _run_dag(root, "lance_test_create_index")
     return IndexRun(root, dag_run, task_instances(dag_run), spark_submit_spy)
 
@@ -144,6 +147,22 @@ def test_retries_commit_once_and_reuse_the_staged_index(run: IndexRun) -> None:
         p.name.endswith(".landed.json") for p in (run.root / "spark.lance" / "_airflow_staging").glob("**/*.json"))
     # the tasks' staged parts (sorted runs, encoded vectors) were removed after the merge
     assert not list((run.root / "spark.lance" / "_airflow_staging").glob("create_index-*"))
+
+
+@pytest.mark.filterwarnings("ignore:The 'list_indices' method is deprecated:DeprecationWarning")
+def test_too_few_rows_for_pq_commit_pylances_empty_index_without_a_spark_job(run: IndexRun) -> None:
+    # no third spark-submit (test_retries_commit_once_and_reuse_the_staged_index counts two)
+    assert run.tis["empty_pq_spark"].state == "success"
+    result = xcom_value(run.dag_run, "empty_pq_spark")
+    assert (result["num_indexed_rows"], result["index_name"], result["index_type"], result["version"]) == (
+        0, "vec_idx", "IVF_PQ", 2)
+    ours, theirs = (pylance.dataset(run.uri(name)) for name in ("few", "few_pylance"))
+    assert [(i["name"], i["type"], i["version"], sorted(i["fragment_ids"])) for i in ours.list_indices()] == [
+        (i["name"], i["type"], i["version"], sorted(i["fragment_ids"])) for i in theirs.list_indices()] == [
+        ("vec_idx", "IVF_PQ", 1, [])]
+    assert [(d.num_rows_indexed, d.total_size_bytes) for d in ours.describe_indices()] == [
+        (d.num_rows_indexed, d.total_size_bytes) for d in theirs.describe_indices()] == [(0, None)]
+    assert not (run.root / "few.lance" / "_indices").exists()
 
 
 @pytest.mark.parametrize(("task_id", "error", "words"), [
