@@ -131,3 +131,18 @@ def test_create_and_optimize_an_empty_vector_index_as_pylance(tmp_path, kind, ro
     assert [i.get("num_partitions") for i in ours_stats["indices"]] == \
         [i.get("num_partitions") for i in theirs_stats["indices"]]
     _pylance_queries_agree(uri)
+
+
+def test_pq_on_enough_rows_but_too_few_vectors_is_empty_as_pylance(tmp_path):
+    """300 live rows, 100 non-null vectors: pylance 14 commits the empty entry (IVF_FLAT on rows
+    without any vector raises, tests/core/test_index_plan.py)."""
+    table = _table(0, 300)
+    vec = pc.if_else(pa.array(np.arange(300) >= 100), pa.nulls(300, table.schema.field("vec").type),
+                     table.column("vec").combine_chunks())
+    uri, copy = str(tmp_path / "ours"), str(tmp_path / "theirs")
+    pylance.write_dataset(table.set_column(1, "vec", vec), uri, max_rows_per_file=100)
+    shutil.copytree(uri, copy)
+    lance.dataset(uri).create_index("vec", "IVF_PQ", num_sub_vectors=2)
+    pylance.dataset(copy).create_index("vec", "IVF_PQ", num_sub_vectors=2)
+    assert [e[1:] for e in _entries(uri)] == [e[1:] for e in _entries(copy)]
+    assert _entries(uri)[0][1:3] == ([], [])
