@@ -58,6 +58,9 @@ with DAG("lance_test_create_index_more", schedule=None, start_date=dt.datetime(2
             tasks.append(LanceCreateIndexOperator(
                 task_id=f"{kind.lower()}_{mode}", uri=f"{ROOT}/{mode}.lance", column=column, index_type=kind,
                 **extra, **options))
+    # 300 rows, 100 vectors: the Spark job counts too few to train PQ and stages pylance's empty index
+    tasks.append(LanceCreateIndexOperator(task_id="sparse_pq_spark", uri=f"{ROOT}/sparse.lance", column="vec",
+                                          index_type="IVF_PQ", num_sub_vectors=4, num_tasks=2, **spark))
     # the dataset lost a data file: the executors fail reading it, nothing is committed
     tasks.append(LanceCreateIndexOperator(task_id="spark_fails", uri=f"{ROOT}/broken.lance", column="id",
                                           index_type="BTREE", on_failure_callback=record_failure, **spark))

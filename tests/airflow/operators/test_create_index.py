@@ -187,6 +187,13 @@ def test_more_index_types_and_a_failing_spark_job(tmp_path: pathlib.Path, spark_
     for name in ("spark", "broken"):
         shutil.copytree(tmp_path / "local.lance", tmp_path / f"{name}.lance")
     next((tmp_path / "broken.lance" / "data").iterdir()).unlink()
+    table = _table(300)
+    vec_type = table.schema.field("vec").type
+    sparse = table.set_column(3, "vec", pa.array([v if i < 100 else None for i, v in
+                                                  enumerate(table.column("vec").to_pylist())], vec_type))
+    for name in ("sparse", "sparse_pylance"):
+        pylance.write_dataset(sparse, str(tmp_path / f"{name}.lance"), max_rows_per_file=100)
+    pylance.dataset(str(tmp_path / "sparse_pylance.lance")).create_index("vec", "IVF_PQ", num_sub_vectors=4)
     dag_run = _run_dag(tmp_path, "lance_test_create_index_more")
     tis = task_instances(dag_run)
     for kind, column in (("bitmap", "label"), ("label_list", "tags")):
@@ -206,3 +213,11 @@ def test_more_index_types_and_a_failing_spark_job(tmp_path: pathlib.Path, spark_
     failure = json.loads((tmp_path / "failures" / "spark_fails.json").read_text())
     assert failure["type"] == "LanceSparkJobError" and "nothing was committed" in failure["message"]
     assert pylance.dataset(str(tmp_path / "broken.lance")).version == 2
+    assert tis["sparse_pq_spark"].state == "success" and xcom_value(dag_run, "sparse_pq_spark")["num_indexed_rows"] == 0
+    ours, theirs = (pylance.dataset(str(tmp_path / f"{name}.lance")) for name in ("sparse", "sparse_pylance"))
+    assert [(d.name, d.index_type, d.num_rows_indexed, [len(s.fragment_ids) for s in d.segments])
+            for d in ours.describe_indices()] == [
+        (d.name, d.index_type, d.num_rows_indexed, [len(s.fragment_ids) for s in d.segments])
+        for d in theirs.describe_indices()] == [("vec_idx", "IVF_PQ", 0, [0])]
+    # 300 live rows (>= 256): the operator submitted the job, which found only 100 vectors
+    assert not (tmp_path / "sparse.lance" / "_indices").exists()
