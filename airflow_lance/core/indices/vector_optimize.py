@@ -35,6 +35,10 @@ for l2/cosine). Then, with ``num_indices_to_merge`` (pylance 14 observed):
 * ``retrain=True``: the index is rebuilt over every fragment (same metric and PQ shape, the
   default partition count for the rows now there), replacing every segment.
 
+An *empty* index (entries without files, as pylance 14 and :func:`.vector.create_index` commit
+on too few rows) is built in full over every fragment whatever the options (still too few
+vectors: a new empty entry), replacing it.
+
 The ``index.idx`` loss is the new rows' assignment loss against the old centroids (also after
 a split or join). ``num_indices_to_merge`` ``0`` or ``n`` never split nor join (pylance 14).
 """
