@@ -39,6 +39,7 @@ from airflow_lance.core.indices import unindexed_rows
 from airflow_lance.core.indices.plan import (
     CheckedIndex,
     build_index_uncommitted,
+    builds_empty_index,
     check_index,
     decode_index,
     encode_index,
@@ -80,6 +81,7 @@ __all__ = [
     "unindexed_rows",
     "CheckedIndex",
     "build_index_uncommitted",
+    "builds_empty_index",
     "check_index",
     "decode_index",
     "encode_index",

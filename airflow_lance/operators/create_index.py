@@ -107,7 +107,8 @@ class LanceCreateIndexOperator(LanceLocalOrSparkOperator):
 
     def plan(self, ds: lance.LanceDataset, key: str, context: Context) -> Planned:
         checked = lance.check_index(ds, **self.index_params())  # the core's typed errors, nothing written
-        if self.mode == "local" or not ds.get_fragments():
+        # pylance 14 commits an empty vector index on too few rows: no Spark job for that
+        if self.mode == "local" or not ds.get_fragments() or lance.builds_empty_index(ds, checked):
             index, rows = lance.build_index_uncommitted(ds, checked)
             staged = None
         else:

@@ -46,7 +46,13 @@ from airflow_lance.core.indices import ivf
 from airflow_lance.core.indices.create import index_files, read_column, write_index
 from airflow_lance.core.indices.plan import check_params, encode_index
 from airflow_lance.core.indices.sort import merge_order, sort_order
-from airflow_lance.core.indices.vector import cap_partitions, read_vectors, write_vector_index
+from airflow_lance.core.indices.vector import (
+    cap_partitions,
+    empty_vector_index,
+    read_vectors,
+    trains_nothing,
+    write_vector_index,
+)
 from airflow_lance.spark.distributed import from_ipc, map_tasks, share, to_ipc, unshare
 from airflow_lance.spark.spec import STAGING_DIR
 from airflow_lance.spark.task_spec import TaskJobSpec
@@ -178,6 +184,8 @@ def build_vector(spark: SparkSession, spec: TaskJobSpec, ds: Any, params: ivf.Ve
                                                       params=dict(spec.params), dim=dim, size=size, seed=seed))
     counts = [count for count, _ in first]
     samples = [np.frombuffer(data, np.float32).reshape(-1, dim) for _, data in first]
+    if trains_nothing(params, ds.count_rows(), int(sum(counts))):  # pylance 14's empty index: no files
+        return [{"num_rows": 0} for _ in tasks], empty_vector_index(ds, field_id, name, params), 0
     params = cap_partitions(params, int(sum(counts)))
     sample = ivf.prepare(training_sample(counts, samples, size, rng), params.metric)
     model, _, _ = ivf.train(sample, params, rng)

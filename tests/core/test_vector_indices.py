@@ -315,8 +315,6 @@ def test_bad_input_raises_typed_errors_before_writing(uri):
         (dict(column="vec", index_type="IVF_FLAT", num_partitions="4"), lance.InvalidTypeError, TypeError),
         (dict(column="vec", index_type="IVF_PQ", num_partitions=2, num_sub_vectors=5), lance.InvalidInputError,
          ValueError),
-        (dict(column="vec", index_type="IVF_PQ", num_partitions=2, num_sub_vectors=4), lance.InvalidInputError,
-         ValueError),  # fewer than 256 rows to train PQ
         (dict(column="vec", index_type="IVF_PQ", num_bits=4), lance.UnsupportedFeatureError, NotImplementedError),
         (dict(column="vec", index_type="IVF_FLAT", ivf_centroids=np.zeros((2, 16))), lance.UnsupportedFeatureError,
          NotImplementedError),

@@ -30,7 +30,9 @@ from airflow_lance.core.indices.vector import (
     PYLANCE_VECTOR_TYPES,
     cap_partitions,
     check_vector_index,
+    empty_vector_index,
     read_vectors,
+    trains_nothing,
     write_vector_index,
 )
 
@@ -90,6 +92,17 @@ def check_index(ds: LanceDataset, column: Any, index_type: Any, name: str | None
     return CheckedIndex(column, kind, field_id, resolved, removed)
 
 
+def builds_empty_index(ds: LanceDataset, checked: CheckedIndex) -> bool:
+    """Whether the checked vector index is, without reading a vector, one pylance 14 commits empty
+    (no rows; IVF_PQ: fewer live rows than PQ trains on): the Airflow operator then builds it
+    locally, no Spark job runs (:func:`.vector.trains_nothing`; the Spark job makes the same entry
+    when only the vectors, not the rows, are too few)."""
+    if checked.vector is None:
+        return False
+    rows = ds.count_rows()
+    return rows == 0 or (checked.vector.index_type == "IVF_PQ" and rows < 2 ** checked.vector.num_bits)
+
+
 def build_index_uncommitted(ds: LanceDataset, checked: CheckedIndex, seed: int | None = None
                             ) -> tuple[table_pb2.IndexMetadata, int]:
     """Write the files of the checked index over every fragment of ``ds``; its ``IndexMetadata``
@@ -97,6 +110,8 @@ def build_index_uncommitted(ds: LanceDataset, checked: CheckedIndex, seed: int |
     if checked.vector is not None:
         assert checked.dim is not None
         vectors, row_ids, fragments = read_vectors(ds, checked.column, checked.dim)
+        if trains_nothing(checked.vector, ds.count_rows(), len(vectors)):  # pylance 14's empty index
+            return empty_vector_index(ds, checked.field_id, checked.name, checked.vector), 0
         params = cap_partitions(checked.vector, len(vectors))
         files = ivf.build(vectors, row_ids, params, np.random.default_rng(seed))
         return write_vector_index(ds, checked.field_id, checked.name, params, files, fragments), len(row_ids)

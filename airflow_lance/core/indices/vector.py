@@ -5,8 +5,9 @@ pylance 14's names and defaults: ``metric`` "L2" (also "euclidean"), "cosine" or
 [1, 4096] (target 4096 rows for IVF_FLAT, 8192 for IVF_PQ); ``num_sub_vectors`` default 16;
 ``num_bits`` 8; ``sample_rate`` 256; ``max_iters`` 50. Rows whose vector is null or not
 finite are left out. As pylance 14, at most one partition per vector is trained (IVF_PQ: one
-per 256 vectors), with a warning. Every check runs before anything is written; the files are laid out by
-:mod:`.ivf`.
+per 256 vectors), with a warning; with no rows (IVF_PQ: fewer than 256 vectors) it commits an
+empty index (no files) that ``optimize_indices`` builds once there are rows. Every check runs
+before anything is written; the files are laid out by :mod:`.ivf`.
 """
 
 from __future__ import annotations
@@ -149,8 +150,16 @@ def read_vectors(current: LanceDataset, column: str, dim: int, fragment_ids: lis
     return vectors[finite], ids.to_numpy(zero_copy_only=False).astype(np.uint64)[finite], fragments
 
 
+def trains_nothing(params: ivf.VectorIndexParams, rows: int, vectors: int) -> bool:
+    """pylance 14 commits an *empty* index (no files, empty fragment bitmap; :func:`empty_vector_index`)
+    instead of training on a dataset without rows, or IVF_PQ on fewer vectors than PQ trains on
+    (256); a later ``optimize_indices`` builds the full index."""
+    return rows == 0 or (params.index_type == "IVF_PQ" and vectors < 2 ** params.num_bits)
+
+
 def cap_partitions(params: ivf.VectorIndexParams, rows: int) -> ivf.VectorIndexParams:
-    """pylance 14 trains at most one partition per vector, and for IVF_PQ at most one per 256."""
+    """pylance 14 trains at most one partition per vector, and for IVF_PQ at most one per 256
+    (callers commit an empty index where :func:`trains_nothing`)."""
     if params.index_type == "IVF_PQ" and rows < 2 ** params.num_bits:
         raise InvalidInputError(f"Not enough rows to train PQ. Requires {2 ** params.num_bits} rows but only "
                                 f"{rows} available")
@@ -162,6 +171,26 @@ def cap_partitions(params: ivf.VectorIndexParams, rows: int) -> ivf.VectorIndexP
                     cap, params.num_partitions, rows)
         return dataclasses.replace(params, num_partitions=cap)
     return params
+
+
+def empty_vector_index(current: LanceDataset, field_id: int, name: str, params: ivf.VectorIndexParams,
+                       dataset_version: int | None = None) -> table_pb2.IndexMetadata:
+    """The entry pylance 14 commits when :func:`trains_nothing`: a new uuid, no files (nothing is
+    written under ``_indices/``), an empty fragment bitmap, the build's details, index version 1."""
+    index = table_pb2.IndexMetadata(
+        fields=[field_id], name=name, dataset_version=current.version if dataset_version is None else dataset_version,
+        fragment_bitmap=pyroaring.BitMap().serialize(), index_version=ivf.INDEX_VERSION,
+        created_at=int(time.time() * 1000),
+    )
+    index.uuid.uuid = uuid_lib.uuid4().bytes
+    index.index_details.type_url = ivf.TYPE_URL
+    index.index_details.value = ivf.details(params)
+    return index
+
+
+def is_empty_index(index: table_pb2.IndexMetadata) -> bool:
+    """An IVF entry without files (:func:`empty_vector_index`, pylance's or ours)."""
+    return index.index_details.type_url == ivf.TYPE_URL and not index.files
 
 
 def write_vector_index(current: LanceDataset, field_id: int, name: str, params: ivf.VectorIndexParams,
@@ -186,6 +215,8 @@ def build_vector_index(current: LanceDataset, column: str, field_id: int, dim: i
                        name: str) -> table_pb2.IndexMetadata:
     """Write the files of the index under a new ``_indices/{uuid}/`` and return its ``IndexMetadata``."""
     vectors, row_ids, fragments = read_vectors(current, column, dim)
+    if trains_nothing(params, current.count_rows(), len(vectors)):
+        return empty_vector_index(current, field_id, name, params)
     params = cap_partitions(params, len(vectors))
     files = ivf.build(vectors, row_ids, params, np.random.default_rng())
     return write_vector_index(current, field_id, name, params, files, fragments)
@@ -208,13 +239,14 @@ def check_vector_index(dataset: LanceDataset, column: Any, index_type: str, name
 
 
 def _check_rows(dataset: LanceDataset, column: str, dim: int, params: ivf.VectorIndexParams) -> None:
-    """The build's row checks (:func:`cap_partitions`: fewer vectors than PQ trains on, none at
-    all) made up front where the live rows cannot be enough: then only those few rows are read.
-    (More live rows than that but mostly null or non-finite vectors fail at the build.)"""
-    needed = 2 ** params.num_bits if params.index_type == "IVF_PQ" else 1
-    if dataset.count_rows() < needed:
+    """The build's row check made up front where it is cheap: live rows whose vectors are all
+    null or not finite cannot train IVF (InvalidInputError, as pylance 14). No rows at all, or
+    too few vectors for PQ, give an empty index instead (:func:`trains_nothing`)."""
+    rows = dataset.count_rows()
+    if 0 < rows < 2 ** params.num_bits:  # only then are the few rows read up front
         vectors, _, _ = read_vectors(dataset, column, dim)
-        cap_partitions(params, len(vectors))
+        if not trains_nothing(params, rows, len(vectors)):
+            cap_partitions(params, len(vectors))
 
 
 def create_index(
@@ -227,7 +259,9 @@ def create_index(
     Raises before writing anything: ColumnNotFoundError (KeyError); InvalidTypeError
     (TypeError) for a column that is no fixed-size list of floats or a non-int count;
     InvalidInputError (ValueError) for an unknown metric, a ``num_partitions`` /
-    ``num_sub_vectors`` below 1 or not dividing the dimension, fewer than 256 vectors for PQ;
+    ``num_sub_vectors`` below 1 or not dividing the dimension, live rows without one finite
+    vector; on a dataset without rows (IVF_PQ: fewer than 256 finite vectors) an empty index is
+    committed, as pylance 14 (:func:`empty_vector_index`; ``optimize_indices`` builds it later);
     UnsupportedFeatureError (NotImplementedError) for other index types, float16/float64 vectors, the hamming metric, ``num_bits`` other than 8
     and pylance arguments not implemented here (given at other than their defaults);
     IndexExistsError (RuntimeError) for a taken name without ``replace``.

@@ -35,6 +35,10 @@ for l2/cosine). Then, with ``num_indices_to_merge`` (pylance 14 observed):
 * ``retrain=True``: the index is rebuilt over every fragment (same metric and PQ shape, the
   default partition count for the rows now there), replacing every segment.
 
+An *empty* index (entries without files, as pylance 14 and :func:`.vector.create_index` commit
+on too few rows) is built in full over every fragment whatever the options (still too few
+vectors: a new empty entry), replacing it.
+
 The ``index.idx`` loss is the new rows' assignment loss against the old centroids (also after
 a split or join). ``num_indices_to_merge`` ``0`` or ``n`` never split nor join (pylance 14).
 """
@@ -60,7 +64,12 @@ from airflow_lance.core.file import LanceFileReader
 from airflow_lance.core.indices import ivf, kmeans, pq, vector_remap
 from airflow_lance.core.indices.files import IndexFileData, write_index_file
 from airflow_lance.core.indices.metadata import fragment_bitmap, index_uuid
-from airflow_lance.core.indices.vector import MAX_PARTITIONS, TARGET_PARTITION_SIZE, build_vector_index
+from airflow_lance.core.indices.vector import (
+    MAX_PARTITIONS,
+    TARGET_PARTITION_SIZE,
+    build_vector_index,
+    is_empty_index,
+)
 
 if TYPE_CHECKING:
     from airflow_lance.core.dataset import LanceDataset
@@ -204,9 +213,8 @@ def _files(base: _Segment, labels: np.ndarray, ids: np.ndarray, payload: np.ndar
     }
 
 
-def _retrain(current: LanceDataset, column: str, field_id: int, segment: table_pb2.IndexMetadata,
+def _retrain(current: LanceDataset, column: str, field_id: int, dim: int,
              details: index_pb2.VectorIndexDetails, name: str) -> table_pb2.IndexMetadata:
-    base = _load(current.store, segment, rows=False)
     hints = dict(details.runtime_hints)
     is_pq = details.WhichOneof("compression") == "pq"
     kind = "IVF_PQ" if is_pq else "IVF_FLAT"
@@ -216,7 +224,7 @@ def _retrain(current: LanceDataset, column: str, field_id: int, segment: table_p
         kind, _metric(details), partitions,
         details.pq.num_sub_vectors if is_pq else None, details.pq.num_bits if is_pq else pq.NUM_BITS,
         int(hints.get("lance.ivf.sample_rate", ivf.SAMPLE_RATE)), int(hints.get("lance.ivf.max_iters", 50)))
-    return build_vector_index(current, column, field_id, base.centroids.shape[1], params, name)
+    return build_vector_index(current, column, field_id, dim, params, name)
 
 
 def _metric(details: index_pb2.VectorIndexDetails) -> str:
@@ -468,8 +476,20 @@ def _split(current: LanceDataset, column: str, segments: Sequence[table_pb2.Inde
 def can_optimize(current: LanceDataset, column: str, segments: Sequence[table_pb2.IndexMetadata]) -> bool:
     """IVF_FLAT/IVF_PQ segments in the layout read here, on a float32 vector column."""
     dtype = current.schema.field(column).type if column in current.schema.names else None
-    return (dtype is not None and pa.types.is_fixed_size_list(dtype) and pa.types.is_float32(dtype.value_type)
-            and all(vector_remap.can_remap(s) for s in segments))
+    if dtype is None or not pa.types.is_fixed_size_list(dtype) or not pa.types.is_float32(dtype.value_type):
+        return False
+    if all(is_empty_index(s) for s in segments):  # pylance's empty index: built in full (:func:`optimize_vector_index`)
+        return all(_details(s).WhichOneof("compression") in ("flat", "pq") for s in segments)
+    return all(vector_remap.can_remap(s) for s in segments)
+
+
+def _details(index: table_pb2.IndexMetadata) -> index_pb2.VectorIndexDetails:
+    details = index_pb2.VectorIndexDetails()
+    try:
+        details.ParseFromString(index.index_details.value)
+    except Exception:  # protobuf's DecodeError: not ours to touch
+        return index_pb2.VectorIndexDetails()
+    return details
 
 
 def optimize_vector_index(current: LanceDataset, name: str, column: str, field_id: int,
@@ -482,10 +502,19 @@ def optimize_vector_index(current: LanceDataset, name: str, column: str, field_i
         return None, []
     details = index_pb2.VectorIndexDetails()
     details.ParseFromString(segments[0].index_details.value)
+    if all(is_empty_index(s) for s in segments):
+        # pylance 14: an empty index (no files) is built in full over every fragment, whatever
+        # num_indices_to_merge / retrain, with the default partition count for the rows now there
+        # (still too few vectors for PQ: a new empty entry); it replaces every segment
+        if not missing:
+            return None, []
+        dim = current.schema.field(column).type.list_size
+        return _retrain(current, column, field_id, dim, details, name), list(segments)
     if retrain:
         if not missing and len(segments) < 2:
             return None, []
-        return _retrain(current, column, field_id, segments[0], details, name), list(segments)
+        dim = _load(current.store, segments[0], rows=False).centroids.shape[1]
+        return _retrain(current, column, field_id, dim, details, name), list(segments)
     n = num_indices_to_merge or 0
     merge = list(segments[-n:]) if n else []
     if not missing and len(merge) < 2:

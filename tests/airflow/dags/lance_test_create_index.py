@@ -42,8 +42,11 @@ with DAG("lance_test_create_index", schedule=None, start_date=dt.datetime(2025, 
     vector_on_text = LanceCreateIndexOperator(task_id="vector_on_text", column="label", index_type="IVF_FLAT",
                                               mode="spark", **refused)
     exists = LanceCreateIndexOperator(task_id="exists", column="id", index_type="BTREE", mode="spark", **refused)
+    # 20 rows: too few to train PQ, pylance 14 commits an empty index; no Spark job runs for it
+    empty_pq_spark = LanceCreateIndexOperator(task_id="empty_pq_spark", uri=f"{ROOT}/few.lance", column="vec",
+                                              index_type="IVF_PQ", num_sub_vectors=4, **spark)
     (btree_local >> ivf_pq_local >> btree_spark >> ivf_pq_spark >> unknown_type >> missing_column >> wrong_type
-     >> vector_on_text >> exists)
+     >> vector_on_text >> exists >> empty_pq_spark)
 
 with DAG("lance_test_create_index_more", schedule=None, start_date=dt.datetime(2025, 1, 1),
          catchup=False) as more_dag:
@@ -55,6 +58,9 @@ with DAG("lance_test_create_index_more", schedule=None, start_date=dt.datetime(2
             tasks.append(LanceCreateIndexOperator(
                 task_id=f"{kind.lower()}_{mode}", uri=f"{ROOT}/{mode}.lance", column=column, index_type=kind,
                 **extra, **options))
+    # 300 rows, 100 vectors: the Spark job counts too few to train PQ and stages pylance's empty index
+    tasks.append(LanceCreateIndexOperator(task_id="sparse_pq_spark", uri=f"{ROOT}/sparse.lance", column="vec",
+                                          index_type="IVF_PQ", num_sub_vectors=4, num_tasks=2, **spark))
     # the dataset lost a data file: the executors fail reading it, nothing is committed
     tasks.append(LanceCreateIndexOperator(task_id="spark_fails", uri=f"{ROOT}/broken.lance", column="id",
                                           index_type="BTREE", on_failure_callback=record_failure, **spark))

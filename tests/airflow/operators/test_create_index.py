@@ -67,6 +67,9 @@ def run(tmp_path_factory: pytest.TempPathFactory, spark_submit_spy: SparkSubmitS
     for name in ("spark", "untouched"):
         shutil.copytree(root / "local.lance", root / f"{name}.lance")
     pylance.dataset(str(root / "untouched.lance")).create_scalar_index("id", "BTREE")
+    for name in ("few", "few_pylance"):
+        pylance.write_dataset(_table(20), str(root / f"{name}.lance"))
+    pylance.dataset(str(root / "few_pylance.lance")).create_index("vec", "IVF_PQ", num_sub_vectors=4)
     dag_run = _run_dag(root, "lance_test_create_index")
     return IndexRun(root, dag_run, task_instances(dag_run), spark_submit_spy)
 
@@ -146,6 +149,22 @@ def test_retries_commit_once_and_reuse_the_staged_index(run: IndexRun) -> None:
     assert not list((run.root / "spark.lance" / "_airflow_staging").glob("create_index-*"))
 
 
+@pytest.mark.filterwarnings("ignore:The 'list_indices' method is deprecated:DeprecationWarning")
+def test_too_few_rows_for_pq_commit_pylances_empty_index_without_a_spark_job(run: IndexRun) -> None:
+    # no third spark-submit (test_retries_commit_once_and_reuse_the_staged_index counts two)
+    assert run.tis["empty_pq_spark"].state == "success"
+    result = xcom_value(run.dag_run, "empty_pq_spark")
+    assert (result["num_indexed_rows"], result["index_name"], result["index_type"], result["version"]) == (
+        0, "vec_idx", "IVF_PQ", 2)
+    ours, theirs = (pylance.dataset(run.uri(name)) for name in ("few", "few_pylance"))
+    assert [(i["name"], i["type"], i["version"], sorted(i["fragment_ids"])) for i in ours.list_indices()] == [
+        (i["name"], i["type"], i["version"], sorted(i["fragment_ids"])) for i in theirs.list_indices()] == [
+        ("vec_idx", "IVF_PQ", 1, [])]
+    assert [(d.num_rows_indexed, d.total_size_bytes) for d in ours.describe_indices()] == [
+        (d.num_rows_indexed, d.total_size_bytes) for d in theirs.describe_indices()] == [(0, None)]
+    assert not (run.root / "few.lance" / "_indices").exists()
+
+
 @pytest.mark.parametrize(("task_id", "error", "words"), [
     ("unknown_type", "UnsupportedFeatureError", "HNSW"),
     ("missing_column", "ColumnNotFoundError", "nope"),
@@ -168,6 +187,13 @@ def test_more_index_types_and_a_failing_spark_job(tmp_path: pathlib.Path, spark_
     for name in ("spark", "broken"):
         shutil.copytree(tmp_path / "local.lance", tmp_path / f"{name}.lance")
     next((tmp_path / "broken.lance" / "data").iterdir()).unlink()
+    table = _table(300)
+    vec_type = table.schema.field("vec").type
+    sparse = table.set_column(3, "vec", pa.array([v if i < 100 else None for i, v in
+                                                  enumerate(table.column("vec").to_pylist())], vec_type))
+    for name in ("sparse", "sparse_pylance"):
+        pylance.write_dataset(sparse, str(tmp_path / f"{name}.lance"), max_rows_per_file=100)
+    pylance.dataset(str(tmp_path / "sparse_pylance.lance")).create_index("vec", "IVF_PQ", num_sub_vectors=4)
     dag_run = _run_dag(tmp_path, "lance_test_create_index_more")
     tis = task_instances(dag_run)
     for kind, column in (("bitmap", "label"), ("label_list", "tags")):
@@ -187,3 +213,11 @@ def test_more_index_types_and_a_failing_spark_job(tmp_path: pathlib.Path, spark_
     failure = json.loads((tmp_path / "failures" / "spark_fails.json").read_text())
     assert failure["type"] == "LanceSparkJobError" and "nothing was committed" in failure["message"]
     assert pylance.dataset(str(tmp_path / "broken.lance")).version == 2
+    assert tis["sparse_pq_spark"].state == "success" and xcom_value(dag_run, "sparse_pq_spark")["num_indexed_rows"] == 0
+    ours, theirs = (pylance.dataset(str(tmp_path / f"{name}.lance")) for name in ("sparse", "sparse_pylance"))
+    assert [(d.name, d.index_type, d.num_rows_indexed, [len(s.fragment_ids) for s in d.segments])
+            for d in ours.describe_indices()] == [
+        (d.name, d.index_type, d.num_rows_indexed, [len(s.fragment_ids) for s in d.segments])
+        for d in theirs.describe_indices()] == [("vec_idx", "IVF_PQ", 0, [0])]
+    # 300 live rows (>= 256): the operator submitted the job, which found only 100 vectors
+    assert not (tmp_path / "sparse.lance" / "_indices").exists()
