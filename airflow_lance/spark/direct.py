@@ -142,23 +142,7 @@ def plan_direct(spark: SparkSession, source: SourceSpec, reader: str, tasks: int
             return f"partition column {name!r} is {schema.field(name).type} (read directly: strings and numbers)"
     data_schema = pa.schema([schema.field(n) for n in schema.names if n not in names])
     if kind == "parquet":
-        import pyarrow.parquet as pq
-
-        splits, rows = [], 0
-        for f in sorted(files):
-            meta = pq.ParquetFile(f)
-            file_schema = meta.schema_arrow
-            for field in data_schema:
-                index = file_schema.get_field_index(field.name)
-                if index < 0 or not _same_kind(file_schema.field(index).type, field.type):
-                    got = file_schema.field(index).type if index >= 0 else "missing"
-                    return f"Parquet column {field.name!r} of {f} is {got}; Spark reads it as {field.type}"
-            partition = _partition_values(f, names)
-            for group in range(meta.metadata.num_row_groups):
-                rg = meta.metadata.row_group(group)
-                rows += rg.num_rows
-                splits.append(Split(path=f, partition=partition, row_groups=(group,), size=rg.total_byte_size))
-        return DirectPlan(kind, schema, names, tuple(splits), options, rows)
+        return _parquet_plan(schema, names, files, options)
     if "_corrupt_record" in data_schema.names:
         return "Spark found malformed records (_corrupt_record)"
     for field in data_schema:
@@ -175,15 +159,44 @@ def plan_direct(spark: SparkSession, source: SourceSpec, reader: str, tasks: int
     return DirectPlan(kind, schema, names, tuple(splits), options, None)
 
 
+def _parquet_plan(schema: pa.Schema, names: tuple[str, ...], files: Sequence[str],
+                  options: Mapping[str, str]) -> DirectPlan | str:
+    """The direct plan of Parquet ``files`` read as ``schema`` (partition columns ``names``): one
+    split per row group; or why not (a column pyarrow would read as another kind)."""
+    import pyarrow.parquet as pq
+
+    data_schema = pa.schema([schema.field(n) for n in schema.names if n not in names])
+    splits, rows = [], 0
+    for f in sorted(files):
+        meta = pq.ParquetFile(f)
+        file_schema = meta.schema_arrow
+        for field in data_schema:
+            index = file_schema.get_field_index(field.name)
+            if index < 0 or not _same_kind(file_schema.field(index).type, field.type):
+                got = file_schema.field(index).type if index >= 0 else "missing"
+                return f"Parquet column {field.name!r} of {f} is {got}; Spark reads it as {field.type}"
+        partition = _partition_values(f, names)
+        for group in range(meta.metadata.num_row_groups):
+            rg = meta.metadata.row_group(group)
+            rows += rg.num_rows
+            splits.append(Split(path=f, partition=partition, row_groups=(group,), size=rg.total_byte_size))
+    return DirectPlan("parquet", schema, names, tuple(splits), options, rows)
+
+
 def arrow_schema_of(df: Any) -> pa.Schema:
     """The Arrow schema of ``df.toArrow()``: under a ``SparkContext`` computed as ``toArrow``
     computes it (no Spark job); on Spark Connect that of an empty ``toArrow``."""
     if is_connect(df.sparkSession):
         return df.limit(0).toArrow().schema
+    return _arrow_schema(df.sparkSession, df.schema)
+
+
+def _arrow_schema(spark: SparkSession, struct: Any) -> pa.Schema:
+    """The Arrow schema ``toArrow`` gives a DataFrame of Spark schema ``struct`` (classic Spark)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    large = str(df.sparkSession.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")).lower() == "true"
-    return to_arrow_schema(df.schema, error_on_duplicated_field_names_in_struct=True, timezone="UTC",
+    large = str(spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")).lower() == "true"
+    return to_arrow_schema(struct, error_on_duplicated_field_names_in_struct=True, timezone="UTC",
                            prefers_large_types=large)
 
 
@@ -228,6 +241,16 @@ def load_parquet(spark: SparkSession, source: SourceSpec) -> Any:
     Spark job per load). None where Spark's inference could differ (types outside
     :data:`_INFERRED` and lists and structs of them, files with different schemas or written by
     Spark, names Spark refuses or that repeat ignoring case): then load it with Spark's inference."""
+    struct = _plain_parquet_schema(source)
+    if struct is None:
+        return None
+    reader = spark.read.format("parquet").schema(struct[1])
+    return reader.load(list(source.paths) if len(source.paths) > 1 else source.paths[0])
+
+
+def _plain_parquet_schema(source: SourceSpec) -> tuple[list[str], Any] | None:
+    """(local paths, the Spark schema Spark would infer) of a Parquet source of plain files, or
+    None (see :func:`load_parquet`)."""
     import pyarrow.parquet as pq
     from pyspark.sql import types as T
 
@@ -247,8 +270,22 @@ def load_parquet(spark: SparkSession, source: SourceSpec) -> Any:
     fields = [_inferred_field(f) for f in first]
     if not fields or any(f is None for f in fields) or len({f.name.lower() for f in fields}) < len(fields):
         return None
-    reader = spark.read.format("parquet").schema(T.StructType(fields))
-    return reader.load(list(source.paths) if len(source.paths) > 1 else source.paths[0])
+    return [os.path.abspath(p) for p in paths if p is not None], T.StructType(fields)
+
+
+def plain_parquet_plan(spark: SparkSession, source: SourceSpec) -> DirectPlan | None:
+    """The direct plan of a Parquet source of plain files (:func:`load_parquet`'s), computed from
+    the footers alone: no DataFrame, no JVM call but one setting (a file named directly has no
+    partition columns: Spark's base path is its directory). None on Spark Connect and where
+    :func:`load_parquet` gives None or the plan would not be direct."""
+    if is_connect(spark):
+        return None
+    struct = _plain_parquet_schema(source)
+    if struct is None:
+        return None
+    paths, schema = struct
+    plan = _parquet_plan(_arrow_schema(spark, schema), (), paths, {k.lower(): v for k, v in source.options.items()})
+    return plan if isinstance(plan, DirectPlan) else None
 
 
 def _conf_bytes(spark: SparkSession, key: str, default: int) -> int:

@@ -241,19 +241,25 @@ def count_and_check(classified: DataFrame, spec: MergeInsertJobSpec) -> dict[int
 def run_merge_insert(spark: SparkSession, spec: MergeInsertJobSpec) -> MergeInsertJobResult:
     """Run the merge insert on the executors and stage its result; return it."""
     from airflow_lance.core.filter import referenced_columns, to_expression
-    from airflow_lance.spark.direct import load_parquet
+    from airflow_lance.spark.direct import load_parquet, plain_parquet_plan
     from airflow_lance.spark.job import load_source
+
+    def load() -> DataFrame:
+        frame = load_parquet(spark, spec.source)  # plain Parquet files: no schema-inference job
+        return load_source(spark, spec.source) if frame is None else frame
 
     start = time.monotonic()
     ds = dataset(spec.uri, spec.read_version, storage_options=dict(spec.storage_options))
     arrow, lance_schema = ds.schema, ds.lance_schema
-    source = load_parquet(spark, spec.source)  # plain Parquet files: no schema-inference job
-    if source is None:
-        source = load_source(spark, spec.source)
-    print(f"airflow-lance merge insert: source loaded in {time.monotonic() - start:.2f} s", flush=True)
-    check_source(source.columns, arrow, spec.on)
+    # plain Parquet files read directly: planned from their footers, no Spark DataFrame (which
+    # the key-broadcast plan would not use)
+    plan = plain_parquet_plan(spark, spec.source)
+    source = None if plan is not None else load()
+    source_columns = list(plan.schema.names) if plan is not None else list(source.columns)
+    print(f"airflow-lance merge insert: source {'planned' if plan is not None else 'loaded'} in "
+          f"{time.monotonic() - start:.2f} s", flush=True)
+    check_source(source_columns, arrow, spec.on)
     names = [f.name for f in arrow]
-    source_columns = list(source.columns)
     target_columns = list(spec.on)
     if spec.when_matched_update_all:
         target_columns += [n for n in names if n not in source_columns]  # updated rows keep these
@@ -264,9 +270,10 @@ def run_merge_insert(spark: SparkSession, spec: MergeInsertJobSpec) -> MergeInse
         target_columns += referenced_columns(spec.by_source_expr, arrow)
     target_columns = unique(target_columns)
     if merge_keys.applies(spec, source_columns, names):
-        new_fragments, updated, removed, counts = merge_keys.run(spark, spec, source, ds)
+        new_fragments, updated, removed, counts = merge_keys.run(spark, spec, source, ds, plan=plan)
     else:
-        new_fragments, updated, removed, counts = _run_joined(spark, spec, source, ds, source_columns, target_columns)
+        new_fragments, updated, removed, counts = _run_joined(spark, spec, load() if source is None else source, ds,
+                                                              source_columns, target_columns)
     check_row_count(new_fragments, counts.get(UPDATED, 0) + counts.get(INSERTED, 0), spec.uri)
     result = MergeInsertJobResult(
         spec_digest=spec.digest(),

@@ -7,7 +7,8 @@ without stable row ids (matching, deletion vectors and writing fused into one Sp
 upsert on one with stable row ids and deletions (match first, then the writers: updated rows keep
 their ids), insert-only and update-only, a two-column key. The same job checks that
 ``direct.load_parquet`` gives the schema and rows Spark's own inference gives, for every type it
-takes, and that it declines the types it does not.
+takes (and ``direct.plain_parquet_plan`` the direct plan of that DataFrame, from the footers
+alone), and that both decline the types they do not take.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from airflow_lance.spark.spec import SourceSpec
 DRIVER = '''
 import json, sys
 from pyspark.sql import SparkSession
-from airflow_lance.spark.direct import load_parquet
+from airflow_lance.spark.direct import load_parquet, plain_parquet_plan, plan_direct
 from airflow_lance.spark.merge_insert import run_merge_insert
 from airflow_lance.spark.merge_insert_spec import MergeInsertJobSpec
 from airflow_lance.spark.spec import SourceSpec
@@ -50,11 +51,14 @@ for path in work["specs"]:
         print(f"FAILED {spec.uri}: {type(exc).__name__}: {exc}", flush=True)
 schemas = {}
 for name, path in work["schemas"].items():
-    ours = load_parquet(spark, SourceSpec.from_fields(path=path))
+    source = SourceSpec.from_fields(path=path)
+    ours = load_parquet(spark, source)
+    plan = plain_parquet_plan(spark, source)
     theirs = spark.read.parquet(path)
-    schemas[name] = None if ours is None else {
+    schemas[name] = (None if plan is None else "a plan without a DataFrame") if ours is None else {
         "schema": ours.schema == theirs.schema,
-        "rows": sorted(map(repr, ours.collect())) == sorted(map(repr, theirs.collect()))}
+        "rows": sorted(map(repr, ours.collect())) == sorted(map(repr, theirs.collect())),
+        "plan": plan == plan_direct(spark, source, "auto", 2, df=ours)}
 print("SCHEMAS " + json.dumps(schemas), flush=True)
 spark.stop()
 '''
@@ -202,5 +206,6 @@ def test_direct_merge_insert_equals_pylance(merged: dict[str, Any], case: str) -
 
 
 def test_load_parquet_gives_sparks_inferred_schema_or_declines(merged: dict[str, Any]) -> None:
-    assert merged["schemas"] == {"plain": {"schema": True, "rows": True},
+    # and the direct plan made from the footers alone is the one made from that DataFrame
+    assert merged["schemas"] == {"plain": {"schema": True, "rows": True, "plan": True},
                                  "unsigned": None, "timestamp": None, "decimal": None}
