@@ -135,7 +135,7 @@ def plan_direct(spark: SparkSession, source: SourceSpec, reader: str, tasks: int
     df = _spark_reader(spark, source) if df is None else df
     schema = arrow_schema_of(df)
     files = [_local_path(f) or f for f in df.inputFiles()]
-    data_names = set(_data_columns(df))
+    data_names = set(_data_columns(df, [p for p in local if p is not None], options))
     names = tuple(n for n in schema.names if n not in data_names)
     for name in names:
         if not any(test(schema.field(name).type) for test in _TEXT_TYPES):
@@ -313,12 +313,19 @@ def _spark_reader(spark: SparkSession, source: SourceSpec) -> Any:
     return reader.load(list(source.paths) if len(source.paths) > 1 else source.paths[0])
 
 
-def _data_columns(df: Any) -> list[str]:
+def _data_columns(df: Any, roots: Sequence[str], options: Mapping[str, str]) -> list[str]:
+    """The columns of ``df`` read from the files: all but the ``name=value`` directories Spark's
+    partition discovery finds between the base path (the ``basePath`` option, else the source
+    path holding the file: a file given by name has none) and the file."""
     files = df.inputFiles()
     if not files:
         return list(df.columns)
     first = urllib.parse.unquote(urllib.parse.urlparse(files[0]).path)
-    keys = {part.partition("=")[0] for part in first.split("/")[:-1] if "=" in part}
+    bases = [options["basepath"]] if "basepath" in options else roots
+    base = next((b.rstrip("/") for b in (_local_path(b) or b for b in bases)
+                 if first.startswith(b.rstrip("/") + "/")), None)
+    below = first[len(base) + 1:].split("/")[:-1] if base is not None else []
+    keys = {part.partition("=")[0] for part in below if "=" in part}
     return [c for c in df.columns if c not in keys]
 
 

@@ -62,6 +62,10 @@ def _sources(root: pathlib.Path) -> dict[str, tuple[str, str, dict[str, str], di
             "ts": pa.array([i * 1_000_000 for i in range(n)], pa.timestamp("us", "UTC")),
             "d": pa.array(list(range(n)), pa.date32()),
         }), folder / "part-0.parquet", row_group_size=250)
+    named = root / "named" / "k=1"  # a file given by name: its directory is no partition (Spark's reading)
+    named.mkdir(parents=True)
+    pq.write_table(pa.table({"id": pa.array([0, 1, 2], pa.int64()), "k": pa.array([7, 8, 9], pa.int64())}),
+                   named / "a.parquet")
     csv = root / "csv"
     csv.mkdir()
     lines = ['id,name,score,flag', '1,"a, b",1.5,true', '2,,2.0,false', '3,"",,TRUE', '4,"say, hi",4.5,false']
@@ -82,6 +86,7 @@ def _sources(root: pathlib.Path) -> dict[str, tuple[str, str, dict[str, str], di
             writer.write_table(table, max_chunksize=30)
     return {
         "parquet": ("parquet", str(parquet), {}, {"fixed_size_lists": {"vec": 2}, "cast": {"score": "float64"}}),
+        "parquet_named": ("parquet", str(named / "a.parquet"), {}, {}),
         "csv_inferred": ("csv", str(csv), {"header": "true", "inferSchema": "true", "mode": "FAILFAST"}, {}),
         "csv_schema": ("csv", str(csv), {"header": "true", "schema": CSV_SCHEMA}, {}),
         "json": ("json", str(js), {}, {}),
@@ -90,7 +95,7 @@ def _sources(root: pathlib.Path) -> dict[str, tuple[str, str, dict[str, str], di
 
 #: (case, reader) pairs of the default suite (one short spark-submit); the slow tests run them all
 SHORT = {("parquet", "direct"), ("parquet", "spark"), ("csv_inferred", "direct"), ("csv_inferred", "spark"),
-         ("json", "direct"), ("json", "spark")}
+         ("json", "direct"), ("json", "spark"), ("parquet_named", "direct"), ("parquet_named", "spark")}
 
 
 @pytest.fixture(scope="module")
@@ -151,14 +156,14 @@ def _ingest(work: pathlib.Path, only: set[tuple[str, str]] | None) -> dict[str, 
     return {"tables": tables, "logs": {key: logs[spec.uri] for key, spec in specs.items()}}
 
 
-@pytest.mark.parametrize("case", ["parquet", "csv_inferred", "json"])
+@pytest.mark.parametrize("case", ["parquet", "parquet_named", "csv_inferred", "json"])
 def test_direct_ingest_equals_the_spark_row_path(ingest_short: dict[str, Any], case: str) -> None:
     _check_equal(ingest_short, case)
 
 
 @pytest.mark.slow
 def test_direct_ingest_equals_the_spark_row_path_all_cases(ingest: dict[str, Any]) -> None:
-    for case in ("parquet", "csv_inferred", "csv_schema", "json"):
+    for case in ("parquet", "parquet_named", "csv_inferred", "csv_schema", "json"):
         _check_equal(ingest, case)
 
 
@@ -180,6 +185,8 @@ def test_what_pylance_reads(ingest_short: dict[str, Any]) -> None:
     assert parquet.column("year").to_pylist() == [2020] * 900 + [2021] * 900
     assert parquet.column("region").to_pylist() == ["eu"] * 900 + ["us west"] * 900
     assert parquet.column("name").null_count == 2 * 129
+    named = ingest["tables"]["parquet_named", "direct"].sort_by("id")
+    assert named.column("k").to_pylist() == [7, 8, 9]  # the file's column, not the directory's k=1
     csv = ingest["tables"]["csv_inferred", "direct"].sort_by("id")
     assert csv.column("id").to_pylist() == list(range(1, 1500))
     assert csv.column("name").to_pylist()[:4] == ["a, b", None, None, "say, hi"]
