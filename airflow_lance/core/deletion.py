@@ -7,7 +7,6 @@ column (``.arrow``, small sets) and a portable 32-bit roaring bitmap
 
 from __future__ import annotations
 
-import array
 import logging
 
 import numpy as np
@@ -15,6 +14,7 @@ import pyarrow as pa
 import pyroaring
 
 from airflow_lance.core import layout
+from airflow_lance.core.arrays import uint32_array
 from airflow_lance.core.errors import CorruptFileError, DataFileNotFoundError
 from airflow_lance.core.fragment import DeletionFile
 from airflow_lance.core.storage import ObjectStore
@@ -94,9 +94,7 @@ def _encode_arrow(deleted: np.ndarray) -> bytes:
 
 
 def _encode_bitmap(deleted: np.ndarray) -> bytes:
-    values = array.array("I")
-    values.frombytes(np.ascontiguousarray(deleted, dtype=np.uint32).tobytes())  # pyroaring's fast path
-    return pyroaring.BitMap(values).serialize()
+    return pyroaring.BitMap(uint32_array(deleted)).serialize()
 
 
 def write_deletion_vector(

@@ -40,3 +40,14 @@ def test_the_package_calls_numpy_unique_only_with_return_arguments() -> None:
                     and not any((k.arg or "").startswith("return_") for k in node.keywords)):
                 plain.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
     assert plain == []
+
+
+def test_uint32_array_holds_the_values_pyroaring_takes_in_bulk() -> None:
+    import pyroaring
+
+    from airflow_lance.core.arrays import uint32_array
+
+    values = np.array([0, 5, 2**32 - 1, 70_000], dtype=np.int64)
+    out = uint32_array(values)
+    assert out.typecode == "I" and out.tolist() == values.tolist()
+    assert list(pyroaring.BitMap(out)) == sorted(values.tolist())

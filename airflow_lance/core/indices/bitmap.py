@@ -10,7 +10,6 @@ portable 32-bit roaring bitmap. Schema metadata ``lance:index_stats`` =
 
 from __future__ import annotations
 
-import array
 import json
 import struct
 
@@ -19,22 +18,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyroaring
 
+from airflow_lance.core.arrays import uint32_array
 from airflow_lance.core.indices.files import IndexFileData
 from airflow_lance.core.indices.sort import sort_key, sort_order
 
 LOOKUP_NAME = "bitmap_page_lookup.lance"
 TYPE_URL = "/lance.table.BitmapIndexDetails"
 INDEX_VERSION = 0
-
-
-def _uint32_array(values: np.ndarray) -> array.array:
-    """``values`` as an ``array.array('I')``: pyroaring adds those in bulk (a numpy array it
-    iterates element by element, about 10x slower)."""
-    out = array.array("I")
-    if out.itemsize != 4:  # pragma: no cover - 'I' is 4 bytes on every platform we run on
-        return values.tolist()
-    out.frombytes(np.ascontiguousarray(values, np.uint32).tobytes())
-    return out
 
 
 def _serialize_groups(row_addrs: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> list[bytes]:
@@ -54,7 +44,7 @@ def _serialize_groups(row_addrs: np.ndarray, starts: np.ndarray, ends: np.ndarra
     for lo, hi in zip(first.tolist(), last.tolist()):  # one entry per group, pieces per fragment: not per row
         parts = [struct.pack("<I", hi - lo)]
         for piece in range(lo, hi):
-            data = pyroaring.BitMap(_uint32_array(offsets[bounds_list[piece]:bounds_list[piece + 1]])).serialize()
+            data = pyroaring.BitMap(uint32_array(offsets[bounds_list[piece]:bounds_list[piece + 1]])).serialize()
             parts.append(struct.pack("<II", fragment_list[piece], len(data)))
             parts.append(data)
         out.append(b"".join(parts))

@@ -15,7 +15,6 @@ import uuid as uuid_lib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from google.protobuf.message import DecodeError
 
 from airflow_lance.core import layout
@@ -28,12 +27,9 @@ from airflow_lance.core.indices.create import check_scalar_index, index_files, r
 from airflow_lance.core.indices.vector import SUPPORTED_TYPES as SUPPORTED_VECTOR_TYPES
 from airflow_lance.core.indices.vector import (
     PYLANCE_VECTOR_TYPES,
-    cap_partitions,
+    build_vector_index,
     check_vector_index,
-    empty_vector_index,
-    read_vectors,
     trains_nothing,
-    write_vector_index,
 )
 
 if TYPE_CHECKING:
@@ -100,7 +96,7 @@ def builds_empty_index(ds: LanceDataset, checked: CheckedIndex) -> bool:
     if checked.vector is None:
         return False
     rows = ds.count_rows()
-    return rows == 0 or (checked.vector.index_type == "IVF_PQ" and rows < 2 ** checked.vector.num_bits)
+    return trains_nothing(checked.vector, rows, rows)  # as if every row had a vector
 
 
 def build_index_uncommitted(ds: LanceDataset, checked: CheckedIndex, seed: int | None = None
@@ -109,12 +105,7 @@ def build_index_uncommitted(ds: LanceDataset, checked: CheckedIndex, seed: int |
     (to commit in a ``CreateIndex`` at ``ds.version``) and the rows indexed."""
     if checked.vector is not None:
         assert checked.dim is not None
-        vectors, row_ids, fragments = read_vectors(ds, checked.column, checked.dim)
-        if trains_nothing(checked.vector, ds.count_rows(), len(vectors)):  # pylance 14's empty index
-            return empty_vector_index(ds, checked.field_id, checked.name, checked.vector), 0
-        params = cap_partitions(checked.vector, len(vectors))
-        files = ivf.build(vectors, row_ids, params, np.random.default_rng(seed))
-        return write_vector_index(ds, checked.field_id, checked.name, params, files, fragments), len(row_ids)
+        return build_vector_index(ds, checked.column, checked.field_id, checked.dim, checked.vector, checked.name, seed)
     values, addrs, fragments = read_column(ds, checked.column, checked.index_type)
     files, type_url, version = index_files(ds, checked.index_type, values, addrs)
     return write_index(ds, checked.field_id, checked.name, files, type_url, version, fragments), len(addrs)

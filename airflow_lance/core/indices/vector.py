@@ -212,14 +212,15 @@ def write_vector_index(current: LanceDataset, field_id: int, name: str, params: 
 
 
 def build_vector_index(current: LanceDataset, column: str, field_id: int, dim: int, params: ivf.VectorIndexParams,
-                       name: str) -> table_pb2.IndexMetadata:
-    """Write the files of the index under a new ``_indices/{uuid}/`` and return its ``IndexMetadata``."""
+                       name: str, seed: int | None = None) -> tuple[table_pb2.IndexMetadata, int]:
+    """Write the files of the index under a new ``_indices/{uuid}/``; its ``IndexMetadata`` and the
+    vectors it holds (pylance 14's empty index where :func:`trains_nothing`: no files, 0)."""
     vectors, row_ids, fragments = read_vectors(current, column, dim)
     if trains_nothing(params, current.count_rows(), len(vectors)):
-        return empty_vector_index(current, field_id, name, params)
+        return empty_vector_index(current, field_id, name, params), 0
     params = cap_partitions(params, len(vectors))
-    files = ivf.build(vectors, row_ids, params, np.random.default_rng())
-    return write_vector_index(current, field_id, name, params, files, fragments)
+    files = ivf.build(vectors, row_ids, params, np.random.default_rng(seed))
+    return write_vector_index(current, field_id, name, params, files, fragments), len(row_ids)
 
 
 def check_vector_index(dataset: LanceDataset, column: Any, index_type: str, name: str | None, metric: str,
@@ -272,7 +273,7 @@ def create_index(
 
     def plan(current: LanceDataset) -> tuple[LanceOperation.CreateIndex, None]:
         index_name, existing = resolve_name(current, column, field_id, params.index_type, name, replace, ivf.TYPE_URL)
-        index = build_vector_index(current, column, field_id, dim, params, index_name)
+        index, _ = build_vector_index(current, column, field_id, dim, params, index_name)
         return LanceOperation.CreateIndex(new_indices=[index], removed_indices=existing), None
 
     dataset._commit_planned(plan, conflict_retries)

@@ -224,7 +224,7 @@ def _retrain(current: LanceDataset, column: str, field_id: int, dim: int,
         kind, _metric(details), partitions,
         details.pq.num_sub_vectors if is_pq else None, details.pq.num_bits if is_pq else pq.NUM_BITS,
         int(hints.get("lance.ivf.sample_rate", ivf.SAMPLE_RATE)), int(hints.get("lance.ivf.max_iters", 50)))
-    return build_vector_index(current, column, field_id, dim, params, name)
+    return build_vector_index(current, column, field_id, dim, params, name)[0]
 
 
 def _metric(details: index_pb2.VectorIndexDetails) -> str:
