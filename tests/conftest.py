@@ -18,24 +18,58 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+_CLASS_CACHE: dict = {}  # spark_class_cache's state: the base options, the archive awaited
+
+
 @pytest.fixture(scope="session", autouse=True)
-def spark_class_cache(request: pytest.FixtureRequest) -> None:
+def spark_class_cache(request: pytest.FixtureRequest):
     """Sessions that start Spark JVMs share one class-data archive (tests/spark_class_cache.py):
-    every spark-submit after it starts in about half the time. Sessions of core tests only skip it."""
+    every spark-submit after it starts in about half the time. Sessions of core tests only skip it.
+    Where it is missing it is built in the background (by one process per machine) while tests
+    run; :func:`spark_class_cache_ready` hands it to the spark-submits started once it exists."""
     import os
     import pathlib
 
-    from spark_class_cache import cached_archive, java_options, spark_submit_binary
+    from spark_class_cache import archive_path, java_options, spark_submit_binary, start_build
 
     tests = pathlib.Path(__file__).resolve().parent
     jvm_free = {tests / "core", tests / "interop", tests / "object_stores"}
     if all(jvm_free.intersection(pathlib.Path(str(item.path)).parents) for item in request.session.items):
+        yield
         return
     spark_submit = spark_submit_binary()
     if spark_submit is None:
+        yield
         return
-    archive = cached_archive(spark_submit)
-    os.environ["SPARK_SUBMIT_OPTS"] = " ".join(filter(None, [os.environ.get("SPARK_SUBMIT_OPTS"), java_options(archive)]))
+    base = os.environ.get("SPARK_SUBMIT_OPTS")
+    archive = archive_path(spark_submit)
+    builder = None
+    if not archive.is_file():
+        builder = start_build(spark_submit)
+        _CLASS_CACHE.update(base=base, awaited=archive)
+    os.environ["SPARK_SUBMIT_OPTS"] = " ".join(filter(None, [base, java_options(archive if archive.is_file()
+                                                                                 else None)]))
+    yield
+    _CLASS_CACHE.clear()
+    if builder is not None:
+        try:  # finish it for the next session (a short session may end before it does)
+            builder.wait(timeout=300)
+        except Exception:
+            builder.kill()
+            builder.wait()
+
+
+@pytest.fixture(autouse=True)
+def spark_class_cache_ready() -> None:
+    """Once the archive built in the background exists, later spark-submits start with it."""
+    awaited = _CLASS_CACHE.get("awaited")
+    if awaited is not None and awaited.is_file():
+        import os
+
+        from spark_class_cache import java_options
+
+        os.environ["SPARK_SUBMIT_OPTS"] = " ".join(filter(None, [_CLASS_CACHE["base"], java_options(awaited)]))
+        _CLASS_CACHE.pop("awaited")
 
 
 @pytest.fixture

@@ -11,6 +11,11 @@ check depends on the archive.
 
 Measured on the 2-core test machine: a 200-row JSON write job's spark-submit went from about
 20 s to 12 s.
+
+Where the archive is missing (a fresh machine), the test session builds it in the background
+(:func:`start_build`: one builder per machine, an exclusive lock keeps other sessions and pytest
+workers from building it too) and runs its tests meanwhile; spark-submits started after it is
+ready use it (:func:`java_options`). Building it first cost every worker about 90 s of waiting.
 """
 
 from __future__ import annotations
@@ -23,6 +28,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no lock (two sessions may both build it)
+    fcntl = None  # type: ignore[assignment]
 
 #: The JIT's first tier only: the tests' jobs are short, C2 compilations never pay back there.
 FAST_START_OPTIONS = ("-XX:TieredStopAtLevel=1",)
@@ -41,20 +51,41 @@ def cache_key(spark_submit: str) -> str:
     return digest.hexdigest()[:16]
 
 
-def cached_archive(spark_submit: str) -> pathlib.Path | None:
-    """The archive for this Java and Spark from the user's cache directory, built there first if
-    missing (about a minute, once per machine and Spark release)."""
+def archive_path(spark_submit: str) -> pathlib.Path:
+    """Where the archive for this Java and Spark lives (the user's cache directory); it may not exist."""
     cache = pathlib.Path(os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache") / "airflow-lance-tests"
-    archive = cache / f"spark-classes-{cache_key(spark_submit)}.jsa"
+    return cache / f"spark-classes-{cache_key(spark_submit)}.jsa"
+
+
+def cached_archive(spark_submit: str) -> pathlib.Path | None:
+    """The archive for this Java and Spark, built first if missing (about a minute, once per
+    machine and Spark release); None if it could not be built, or another process is building it."""
+    archive = archive_path(spark_submit)
     if archive.is_file():
         return archive
-    cache.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=cache) as folder:
-        built = build_archive(pathlib.Path(folder), spark_submit)
-        if built is None:
-            return None
-        os.replace(built, archive)
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    with open(archive.with_suffix(".lock"), "w") as lock:
+        if fcntl is not None:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # another process builds it
+                return None
+        if archive.is_file():  # built while we opened the lock
+            return archive
+        with tempfile.TemporaryDirectory(dir=archive.parent) as folder:
+            built = build_archive(pathlib.Path(folder), spark_submit)
+            if built is None:
+                return None
+            os.replace(built, archive)  # readers see the whole archive or none
     return archive
+
+
+def start_build(spark_submit: str) -> subprocess.Popen[bytes]:
+    """:func:`cached_archive` in a background process (it returns at once if another builds)."""
+    code = f"import sys; sys.path.insert(0, {str(pathlib.Path(__file__).parent)!r}); " \
+           "from spark_class_cache import cached_archive; cached_archive(sys.argv[1])"
+    return subprocess.Popen([sys.executable, "-c", code, spark_submit], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def build_archive(folder: pathlib.Path, spark_submit: str) -> pathlib.Path | None:

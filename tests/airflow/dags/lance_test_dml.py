@@ -1,5 +1,6 @@
 """Test DAG: LanceUpdateOperator and LanceDeleteOperator, local and on Spark, with retries after
-and before the commit, a Spark job that fails and a refused expression. Paths come from
+and before the commit, a Spark job that fails and a refused expression (``lance_test_dml``, in
+``make stress``); ``lance_test_dml_short`` without the Spark update and the failing job. Paths come from
 LANCE_TEST_ROOT, set by the test before parsing."""
 
 from __future__ import annotations
@@ -25,13 +26,11 @@ record_failure = failure_recorder(ROOT)
 common: dict[str, Any] = {"lance_conn_id": "lance_test", "retry_delay": dt.timedelta(0), "trigger_rule": "all_done"}
 spark: dict[str, Any] = {**common, "mode": "spark", "conf": SPARK_CONF}
 
-with DAG("lance_test_dml", schedule=None, start_date=dt.datetime(2025, 1, 1), catchup=False) as dag:
+
+def _tasks(short: bool) -> list[Any]:
     update_local = failing_first_try(LanceUpdateOperator, "before_commit")(
         task_id="update_local", uri=f"{ROOT}/update_local.lance", updates=UPDATES, where=WHERE, retries=1,
         **common)
-    update_spark = failing_first_try(LanceUpdateOperator, "after_commit")(
-        task_id="update_spark", uri=f"{ROOT}/update_spark.lance", updates=UPDATES, where=WHERE, retries=1,
-        num_tasks=2, **spark)
     delete_local = LanceDeleteOperator(task_id="delete_local", uri=f"{ROOT}/delete_local.lance",
                                        predicate=PREDICATE, **common)
     delete_spark = failing_first_try(LanceDeleteOperator, "before_commit")(
@@ -39,7 +38,22 @@ with DAG("lance_test_dml", schedule=None, start_date=dt.datetime(2025, 1, 1), ca
     update_bad_column = LanceUpdateOperator(
         task_id="update_bad_column", uri=f"{ROOT}/untouched.lance", updates={"no_such_column": "1"},
         on_failure_callback=record_failure, **common)
+    if short:  # (an operator made in a DAG's context is one of its tasks)
+        return [update_local, delete_local, delete_spark, update_bad_column]
+    update_spark = failing_first_try(LanceUpdateOperator, "after_commit")(
+        task_id="update_spark", uri=f"{ROOT}/update_spark.lance", updates=UPDATES, where=WHERE, retries=1,
+        num_tasks=2, **spark)
     update_spark_fails = LanceUpdateOperator(
         task_id="update_spark_fails", uri=f"{ROOT}/untouched.lance", updates={"price": "CAST(label AS DOUBLE)"},
         on_failure_callback=record_failure, **spark)
-    update_local >> update_spark >> delete_local >> delete_spark >> update_bad_column >> update_spark_fails
+    return [update_local, update_spark, delete_local, delete_spark, update_bad_column, update_spark_fails]
+
+
+# the whole DAG (three spark-submits) in `make stress`; `make test` runs the short one (one spark-submit:
+# the Spark update and a failing Spark job are also run by example_lance_update.py and other operators' tests)
+for dag_id, short in (("lance_test_dml", False), ("lance_test_dml_short", True)):
+    with DAG(dag_id, schedule=None, start_date=dt.datetime(2025, 1, 1), catchup=False) as dag:
+        tasks = _tasks(short)
+        for upstream, downstream in zip(tasks, tasks[1:]):
+            upstream >> downstream
+    globals()[dag_id] = dag

@@ -1,7 +1,8 @@
 """Test DAG of the operators' OpenLineage reports: a Spark write from Parquet, a Spark compaction
 of the dataset, its stats, a Kartothek import, a version sensor, a local update and a Spark copy of
 the dataset (a Lance source); and the same without the Spark compaction and copy, run with
-OpenLineage disabled (one spark-submit). Paths come from LANCE_TEST_ROOT, set by the test
+OpenLineage disabled (one spark-submit; in ``make stress``), and its local tasks alone, with a task
+checking that a Spark job would get no OpenLineage properties (``make test``). Paths come from LANCE_TEST_ROOT, set by the test
 before parsing (the DAG runs in a child process, where OpenLineage is configured)."""
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ import datetime as dt
 import os
 import pathlib
 
-from airflow.providers.common.compat.sdk import DAG
+from airflow.providers.common.compat.sdk import DAG, task
 
+from airflow_lance.operators._lineage import with_parent_job_information
 from airflow_lance.operators.kartothek import KartothekToLanceOperator
 from airflow_lance.operators.maintenance import LanceCompactFilesOperator, LanceDatasetStatsOperator
 from airflow_lance.operators.spark_write import LanceSparkWriteOperator
@@ -37,10 +39,9 @@ with DAG("lance_test_lineage", schedule=None, start_date=dt.datetime(2025, 1, 1)
                                    source_lance_uri=f"{ROOT}/ds.lance", conf=SPARK_CONF)
     write >> compact >> stats >> kartothek >> sense >> update >> copy
 
-with DAG("lance_test_lineage_disabled", schedule=None, start_date=dt.datetime(2025, 1, 1), catchup=False) as dag2:
-    tasks = [
-        LanceSparkWriteOperator(task_id="write", uri=f"{ROOT}/ds.lance", mode="append",
-                                source_path=f"{ROOT}/input.parquet", conf=SPARK_CONF),
+
+def _local_tasks() -> list:
+    return [
         LanceCompactFilesOperator(task_id="compact", uri=f"{ROOT}/ds.lance",
                                   compaction_options={"target_rows_per_fragment": 1000}),
         LanceDatasetStatsOperator(task_id="stats", uri=f"{ROOT}/ds.lance"),
@@ -49,5 +50,24 @@ with DAG("lance_test_lineage_disabled", schedule=None, start_date=dt.datetime(20
         LanceVersionSensor(task_id="sense", uri=f"{ROOT}/ds.lance", baseline_version=1, poke_interval=1, timeout=60),
         LanceUpdateOperator(task_id="update", uri=f"{ROOT}/ds.lance", updates={"name": "'x'"}, where="id < 10"),
     ]
+
+
+with DAG("lance_test_lineage_disabled", schedule=None, start_date=dt.datetime(2025, 1, 1), catchup=False) as dag2:
+    tasks = [LanceSparkWriteOperator(task_id="write", uri=f"{ROOT}/ds.lance", mode="append",
+                                     source_path=f"{ROOT}/input.parquet", conf=SPARK_CONF), *_local_tasks()]
     for upstream, downstream in zip(tasks, tasks[1:]):
+        upstream >> downstream
+
+
+with DAG("lance_test_lineage_disabled_local", schedule=None, start_date=dt.datetime(2025, 1, 1),
+         catchup=False) as dag3:
+    @task(task_id="spark_conf")
+    def spark_conf() -> None:
+        """What a Spark job of this task would be given: no spark.openlineage.* properties."""
+        injected = sorted(k for k in with_parent_job_information(SPARK_CONF) if k.startswith("spark.openlineage."))
+        if injected:
+            raise AssertionError(f"OpenLineage is disabled, yet the Spark job would get {injected}")
+
+    tasks3 = [*_local_tasks(), spark_conf()]
+    for upstream, downstream in zip(tasks3, tasks3[1:]):
         upstream >> downstream

@@ -1,5 +1,6 @@
 """Test DAG: casts on the way in (JSON doubles become float32 vectors), mistakes in casts, and
-``rewrite_on_retry`` after a landed commit. Paths come from LANCE_TEST_ROOT, set by the test."""
+``rewrite_on_retry`` after a landed commit (the whole DAG in ``make stress``, a short one without
+``rewrite_on_retry`` in ``make test``). Paths come from LANCE_TEST_ROOT, set by the test."""
 
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ record_failure = failure_recorder(ROOT)
 common: dict[str, Any] = {"lance_conn_id": "lance_test", "conf": SPARK_CONF, "retry_delay": dt.timedelta(0),
                           "source_format": "json", "trigger_rule": "all_done", "on_failure_callback": record_failure}
 
-with DAG("lance_test_spark_write_casts", schedule=None, start_date=dt.datetime(2025, 1, 1), catchup=False) as dag:
+
+
+def _tasks(short: bool) -> list[Any]:
     vectors = LanceSparkWriteOperator(
         task_id="vectors_from_json", uri=f"{ROOT}/vectors.lance", mode="create", source_path=f"{ROOT}/vectors.json",
         fixed_size_lists={"embedding": ["{{ 60 + 4 }}", "float32"]}, cast={"price": "float32"}, **common,
@@ -38,8 +41,19 @@ with DAG("lance_test_spark_write_casts", schedule=None, start_date=dt.datetime(2
         task_id="ragged_vector", uri=f"{ROOT}/vectors.lance", mode="append", source_path=f"{ROOT}/ragged.json",
         fixed_size_lists={"embedding": (64, "float32")}, cast={"price": "float32"}, **common,
     )
+    if short:  # (an operator made in a DAG's context is one of its tasks)
+        return [vectors, unknown_type, unknown_column, ragged]
     rewrite = FailOnFirstTry(
         task_id="rewrite_on_retry", fail_at="after_commit", uri=f"{ROOT}/rewrite.lance", mode="append",
         source_path=f"{ROOT}/small.json", rewrite_on_retry=True, retries=1, **common,
     )
-    vectors >> unknown_type >> unknown_column >> ragged >> rewrite
+    return [vectors, unknown_type, unknown_column, ragged, rewrite]
+
+
+# the whole DAG (four spark-submits) in `make stress`; `make test` runs it without rewrite_on_retry (two)
+for dag_id, short in (("lance_test_spark_write_casts", False), ("lance_test_spark_write_casts_short", True)):
+    with DAG(dag_id, schedule=None, start_date=dt.datetime(2025, 1, 1), catchup=False) as dag:
+        tasks = _tasks(short)
+        for upstream, downstream in zip(tasks, tasks[1:]):
+            upstream >> downstream
+    globals()[dag_id] = dag

@@ -179,6 +179,7 @@ def test_spark_jobs_carry_the_task_as_their_openlineage_parent(run: LineageRun) 
         assert not any(key.startswith("spark.openlineage.transport") for key in properties)
 
 
+@pytest.mark.slow
 def test_with_openlineage_disabled_the_operators_work_and_emit_nothing(
         tmp_path: pathlib.Path, spark_submit_spy: SparkSubmitSpy) -> None:
     version_before = _prepare(tmp_path)
@@ -192,6 +193,20 @@ def test_with_openlineage_disabled_the_operators_work_and_emit_nothing(
     assert not events_file.exists()
     runs = [argv for _, argv, _ in spark_submit_spy.runs()][calls_before:]
     assert len(runs) == 1 and not any("spark.openlineage." in a for argv in runs for a in argv)
+
+
+def test_with_openlineage_disabled_local_tasks_emit_nothing_and_spark_jobs_get_no_properties(
+        tmp_path: pathlib.Path) -> None:
+    """The short version of the test above (no spark-submit): the local tasks, and a task asking
+    what its Spark job's conf would be given (with parent-job injection on, OpenLineage off)."""
+    version_before = _prepare(tmp_path)
+    events_file = tmp_path / "openlineage-events.jsonl"
+    states, _ = _run(tmp_path, _openlineage_env(events_file, AIRFLOW__OPENLINEAGE__DISABLED="true",
+                                                AIRFLOW__OPENLINEAGE__SPARK_INJECT_PARENT_JOB_INFO="true"),
+                     dag_id="lance_test_lineage_disabled_local")
+    assert states == dict.fromkeys(("compact", "stats", "kartothek", "sense", "update", "spark_conf"), "success")
+    assert pylance.dataset(str(tmp_path / "ds.lance")).version == version_before + 2
+    assert not events_file.exists()
 
 
 def test_the_operator_modules_do_not_import_openlineage() -> None:
