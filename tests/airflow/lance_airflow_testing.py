@@ -10,7 +10,7 @@ import os
 import pathlib
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 DAGS_FOLDER = pathlib.Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
@@ -36,6 +36,24 @@ def task_logs_to(path: pathlib.Path) -> Iterator[None]:
             sys.stdout.flush()
             os.dup2(saved, 1)
             os.close(saved)
+
+
+def whole_and_short_dags(dag_id: str, tasks: Callable[[bool], list[Any]]) -> dict[str, Any]:
+    """Two DAGs running ``tasks(short)`` one after another: ``dag_id`` the whole list (``make
+    stress``), ``<dag_id>_short`` the short one (``make test``). ``tasks`` makes only the operators of
+    its list: an operator made in a DAG's context is one of its tasks."""
+    import datetime as dt
+
+    from airflow.providers.common.compat.sdk import DAG
+
+    dags = {}
+    for name, short in ((dag_id, False), (f"{dag_id}_short", True)):
+        with DAG(name, schedule=None, start_date=dt.datetime(2025, 1, 1), catchup=False) as dag:
+            chain = tasks(short)
+            for upstream, downstream in zip(chain, chain[1:]):
+                upstream >> downstream
+        dags[name] = dag
+    return dags
 
 
 def load_dag(file_name: str, dag_id: str) -> Any:

@@ -9,11 +9,10 @@ import datetime as dt
 import os
 from typing import Any
 
-from airflow.providers.common.compat.sdk import DAG
-
 from airflow_lance.operators.delete import LanceDeleteOperator
 from airflow_lance.operators.update import LanceUpdateOperator
 from dml_faults import failing_first_try
+from lance_airflow_testing import whole_and_short_dags
 from spark_write_faults import failure_recorder
 
 ROOT = os.environ.get("LANCE_TEST_ROOT", "/tmp/airflow-lance-test")
@@ -38,7 +37,7 @@ def _tasks(short: bool) -> list[Any]:
     update_bad_column = LanceUpdateOperator(
         task_id="update_bad_column", uri=f"{ROOT}/untouched.lance", updates={"no_such_column": "1"},
         on_failure_callback=record_failure, **common)
-    if short:  # (an operator made in a DAG's context is one of its tasks)
+    if short:
         return [update_local, delete_local, delete_spark, update_bad_column]
     update_spark = failing_first_try(LanceUpdateOperator, "after_commit")(
         task_id="update_spark", uri=f"{ROOT}/update_spark.lance", updates=UPDATES, where=WHERE, retries=1,
@@ -51,9 +50,4 @@ def _tasks(short: bool) -> list[Any]:
 
 # the whole DAG (three spark-submits) in `make stress`; `make test` runs the short one (one spark-submit:
 # the Spark update and a failing Spark job are also run by example_lance_update.py and other operators' tests)
-for dag_id, short in (("lance_test_dml", False), ("lance_test_dml_short", True)):
-    with DAG(dag_id, schedule=None, start_date=dt.datetime(2025, 1, 1), catchup=False) as dag:
-        tasks = _tasks(short)
-        for upstream, downstream in zip(tasks, tasks[1:]):
-            upstream >> downstream
-    globals()[dag_id] = dag
+globals().update(whole_and_short_dags("lance_test_dml", _tasks))

@@ -8,9 +8,8 @@ import datetime as dt
 import os
 from typing import Any
 
-from airflow.providers.common.compat.sdk import DAG
-
 from airflow_lance.operators.spark_write import LanceSparkWriteOperator
+from lance_airflow_testing import whole_and_short_dags
 from spark_write_faults import FailOnFirstTry, failure_recorder
 
 ROOT = os.environ.get("LANCE_TEST_ROOT", "/tmp/airflow-lance-test")
@@ -41,7 +40,7 @@ def _tasks(short: bool) -> list[Any]:
         task_id="ragged_vector", uri=f"{ROOT}/vectors.lance", mode="append", source_path=f"{ROOT}/ragged.json",
         fixed_size_lists={"embedding": (64, "float32")}, cast={"price": "float32"}, **common,
     )
-    if short:  # (an operator made in a DAG's context is one of its tasks)
+    if short:
         return [vectors, unknown_type, unknown_column, ragged]
     rewrite = FailOnFirstTry(
         task_id="rewrite_on_retry", fail_at="after_commit", uri=f"{ROOT}/rewrite.lance", mode="append",
@@ -51,9 +50,4 @@ def _tasks(short: bool) -> list[Any]:
 
 
 # the whole DAG (four spark-submits) in `make stress`; `make test` runs it without rewrite_on_retry (two)
-for dag_id, short in (("lance_test_spark_write_casts", False), ("lance_test_spark_write_casts_short", True)):
-    with DAG(dag_id, schedule=None, start_date=dt.datetime(2025, 1, 1), catchup=False) as dag:
-        tasks = _tasks(short)
-        for upstream, downstream in zip(tasks, tasks[1:]):
-            upstream >> downstream
-    globals()[dag_id] = dag
+globals().update(whole_and_short_dags("lance_test_spark_write_casts", _tasks))
