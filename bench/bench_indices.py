@@ -8,8 +8,8 @@ pylance. Prints the best time of each and the ratio ours / pylance (target: <= 2
 pylance answers the same query through both indices. ``--spark`` adds a third side: the
 operator's Spark job (``airflow_lance.spark.create_index``, one task per fragment) in an in-process
 ``local[2]`` session plus the ``CreateIndex`` commit, ratio spark / pylance. Its timed region: the
-Spark job (executors read, sort and stage their runs; the driver reads them back, merges, writes
-the index files and the staged result) and the commit. Not in it, printed once before the runs as
+Spark job (executors read, sort and stage their runs; one merge task reads them back, merges and
+writes the index files; the driver writes the staged result) and the commit. Not in it, printed once before the runs as
 "Spark start-up": the JVM, the session and the Python workers (the operator's spark-submit pays
 about that, plus the submit's own JVM, once per job; pylance has no such cost).
 """

@@ -8,7 +8,8 @@ run; runs alternate ours and pylance. Prints the best build time of each, the ra
 (target: <= 2) and recall@10 through each index at the same nprobes (exact neighbours by numpy).
 ``--spark`` adds the operator's Spark job plus commit as a third side (see bench_indices.py: the
 Spark start-up is printed, not timed; the timed region holds both passes over the data, the
-training on the driver, the staged parts read back and the index files written).
+training on the driver, the one assembly task reading the staged parts back and writing the index
+files).
 """
 
 from __future__ import annotations

@@ -17,7 +17,8 @@ instead, which work the same in both:
 * :func:`rows_per_partition`: a DataFrame whose partition ``i`` holds the rows of group ``i``;
 * :func:`default_parallelism`: the session's task slots;
 * :func:`share` / :func:`unshare`: a value every task reads as ``.value`` (a broadcast variable
-  under a ``SparkContext``; on Spark Connect the value itself, pickled with the function).
+  under a ``SparkContext``; on Spark Connect the value itself, pickled with the function);
+* :func:`task_context`: where the calling function runs (its Spark task, its process).
 
 The items and the function travel inside the pickled ``mapInArrow`` function (as they did in
 ``parallelize``'s closures), never in a plan's text or a log line.
@@ -26,6 +27,7 @@ The items and the function travel inside the pickled ``mapInArrow`` function (as
 from __future__ import annotations
 
 import functools
+import os
 import pickle
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -155,6 +157,18 @@ def share(spark: SparkSession, value: Any) -> Any:
 def unshare(shared: Any) -> None:
     """Release what :func:`share` gave."""
     shared.destroy()
+
+
+def task_context() -> dict[str, int | None]:
+    """Where the caller runs: the stage, partition and attempt of its Spark task (None outside a
+    task, e.g. on the driver) and the pid of its process."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context is None:
+        return {"stage": None, "partition": None, "attempt": None, "pid": os.getpid()}
+    return {"stage": context.stageId(), "partition": context.partitionId(), "attempt": context.attemptNumber(),
+            "pid": os.getpid()}
 
 
 def to_ipc(table: pa.Table) -> bytes:

@@ -1,14 +1,16 @@
 """LanceCreateIndexOperator through ``dag.test()`` (``local`` and real ``spark-submit`` on
 ``local[2]``) on identical copies of a dataset pylance wrote (4 fragments, rows deleted): the index
 built on Spark holds what the local build holds (scalar: the same index files; vector: pylance
-lists and uses it, with the recall of the local build), retries commit once, bad input writes
-nothing. One run of ``tests/airflow/dags/lance_test_create_index.py`` is shared by the assertions."""
+lists and uses it, with the recall of the local build; the merge ran in one Spark task, not in
+the driver), retries commit once, bad input writes nothing, a failing merge task commits nothing
+and leaves no staged runs. One run of ``tests/airflow/dags/lance_test_create_index.py`` is shared by the assertions."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import pathlib
+import re
 import shutil
 from typing import Any
 
@@ -64,14 +66,25 @@ def _run_dag(root: pathlib.Path, dag_id: str) -> Any:
 def run(tmp_path_factory: pytest.TempPathFactory, spark_submit_spy: SparkSubmitSpy) -> IndexRun:
     root = tmp_path_factory.mktemp("create_index")
     _dataset(root / "local.lance")
-    for name in ("spark", "untouched"):
+    for name in ("spark", "untouched", "blocked"):
         shutil.copytree(root / "local.lance", root / f"{name}.lance")
+    (root / "blocked.lance" / "_indices").write_text("not a folder: index files cannot be written")
     pylance.dataset(str(root / "untouched.lance")).create_scalar_index("id", "BTREE")
     for name in ("few", "few_pylance"):
         pylance.write_dataset(_table(20), str(root / f"{name}.lance"))
     pylance.dataset(str(root / "few_pylance.lance")).create_index("vec", "IVF_PQ", num_sub_vectors=4)
     dag_run = _run_dag(root, "lance_test_create_index")
     return IndexRun(root, dag_run, task_instances(dag_run), spark_submit_spy)
+
+
+#: The line the job prints after its merge task (scalar: sorted runs; vector: encoded parts).
+_MERGED = re.compile(r"airflow-lance create_index: merged (\d+) rows of (\d+) parts in Spark task (\w+) of stage "
+                     r"(\w+) \(attempt (\w+), pid (\d+); driver pid (\d+)\)")
+
+
+def _job_outputs(run: IndexRun, name: str) -> list[str]:
+    """The spark-submit output of each create_index job on dataset ``name``."""
+    return [output for _, _, output in run.spy.runs() if f"fragments of {run.uri(name)} at version" in output]
 
 
 def _index_file(uri: str, name: str, file_name: str) -> pa.Table:
@@ -134,8 +147,7 @@ def test_retries_commit_once_and_reuse_the_staged_index(run: IndexRun) -> None:
     # second job); ivf_pq_spark failed after its commit: the retry found it and committed nothing
     assert [(run.tis[t].state, run.tis[t].try_number) for t in ("btree_spark", "ivf_pq_spark")] == [
         ("success", 2), ("success", 2)]
-    specs = [next(a for a in argv if a.endswith(".json")) for _, argv, _ in run.spy.runs()]
-    assert [pathlib.Path(s).name.split("-")[1] for s in specs] == ["create", "create"]
+    assert len(_job_outputs(run, "spark")) == 2
     ds = pylance.dataset(run.uri("spark"))
     assert ds.version == 4 and sorted(i.name for i in ds.describe_indices()) == ["id_idx", "vec_idx"]
     landed = xcom_value(run.dag_run, "ivf_pq_spark")
@@ -149,10 +161,34 @@ def test_retries_commit_once_and_reuse_the_staged_index(run: IndexRun) -> None:
     assert not list((run.root / "spark.lance" / "_airflow_staging").glob("create_index-*"))
 
 
+def test_the_merge_runs_in_one_spark_task_not_in_the_driver(run: IndexRun) -> None:
+    # one job each for btree_spark (2 tasks) and ivf_pq_spark (one task per fragment)
+    for output, task_id, parts in zip(_job_outputs(run, "spark"), ("btree_spark", "ivf_pq_spark"), (2, 4)):
+        (merged,) = _MERGED.findall(output)
+        rows, staged_parts, partition, stage, _attempt, pid, driver_pid = merged
+        assert (int(rows), int(staged_parts)) == (xcom_value(run.dag_run, task_id)["num_indexed_rows"], parts)
+        # in a Spark task (a TaskContext: None on the driver), in a Python worker, not the driver's process
+        assert (partition, stage.isdigit(), pid != driver_pid) == ("0", True, True), merged
+
+
+def test_a_failing_merge_task_commits_nothing_and_leaves_no_staged_runs(run: IndexRun) -> None:
+    assert run.tis["merge_fails"].state == "failed"
+    message = run.failure("merge_fails")["message"]
+    assert run.failure("merge_fails")["type"] == "LanceSparkJobError" and "nothing was committed" in message
+    # the merge task (on an executor) failed writing the index files, after the sorted runs were staged
+    assert message.startswith("StorageError: ") and "Not a directory (_indices/" in message, message
+    assert message.splitlines()[0].endswith("(on an executor)"), message
+    (output,) = _job_outputs(run, "blocked")
+    assert ", in merge_runs" in output and not _MERGED.search(output)
+    ds = pylance.dataset(run.uri("blocked"))
+    assert ds.version == 2 and ds.describe_indices() == []
+    assert (run.root / "blocked.lance" / "_indices").is_file()
+    assert not list((run.root / "blocked.lance" / "_airflow_staging").glob("create_index-*"))
+
+
 @pytest.mark.filterwarnings("ignore:The 'list_indices' method is deprecated:DeprecationWarning")
 def test_too_few_rows_for_pq_commit_pylances_empty_index_without_a_spark_job(run: IndexRun) -> None:
-    # no third spark-submit (test_retries_commit_once_and_reuse_the_staged_index counts two)
-    assert run.tis["empty_pq_spark"].state == "success"
+    assert run.tis["empty_pq_spark"].state == "success" and not _job_outputs(run, "few")
     result = xcom_value(run.dag_run, "empty_pq_spark")
     assert (result["num_indexed_rows"], result["index_name"], result["index_type"], result["version"]) == (
         0, "vec_idx", "IVF_PQ", 2)
