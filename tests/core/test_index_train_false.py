@@ -220,3 +220,24 @@ def test_vector_train_false_checks_as_pylance(tmp_path):
         module.dataset(uri).update({"vec": "NULL"}, where="id >= 0")
         module.dataset(uri).create_index("vec", "IVF_FLAT", num_partitions=0, train=False)
     assert _entries(ours) == _entries(theirs)
+
+
+@pytest.mark.parametrize(("column", "kind", "params"), [("k", "BITMAP", {}),
+                                                        ("vec", "IVF_PQ", {"num_sub_vectors": 2})])
+def test_check_index_and_uncommitted_build_without_training(tmp_path, column, kind, params):
+    """The operator's path (check_index, builds_empty_index, build_index_uncommitted; the Spark job's
+    check_params) gives the entry create gives, in place of a build."""
+    from airflow_lance.core.indices.plan import check_params
+
+    ours, theirs = _copies(tmp_path, rows=300)
+    ds = lance.dataset(ours)
+    checked = lance.check_index(ds, column, kind, train=False, **params)
+    assert lance.builds_empty_index(ds, checked) and check_params(ds, {
+        "column": column, "index_type": kind, "train": False, **params}).train is False
+    assert not lance.builds_empty_index(ds, lance.check_index(ds, column, kind, **params))
+    index, rows = lance.build_index_uncommitted(ds, checked)
+    assert rows == 0
+    lance.LanceDataset.commit(ours, lance.LanceOperation.CreateIndex(new_indices=[index]), read_version=ds.version)
+    getattr(pylance.dataset(theirs), "create_index" if kind == "IVF_PQ" else "create_scalar_index")(
+        column, kind, train=False, **params)
+    assert _entries(ours) == _entries(theirs) and _files(ours) == _files(theirs)
