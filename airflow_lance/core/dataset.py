@@ -655,23 +655,26 @@ class LanceDataset:
 
     def create_scalar_index(
         self, column: str, index_type: str = "BTREE", name: str | None = None, *, replace: bool = True,
+        train: bool = True,
     ) -> None:
-        """Build a BTREE, BITMAP or LABEL_LIST index on ``column`` (see :mod:`airflow_lance.core.indices.create`)."""
+        """Build a BTREE, BITMAP or LABEL_LIST index on ``column`` (see :mod:`airflow_lance.core.indices.create`;
+        ``train=False``: an empty index, built by a later ``optimize_indices``)."""
         from airflow_lance.core.indices import create_scalar_index
 
-        create_scalar_index(self, column, index_type, name, replace=replace)
+        create_scalar_index(self, column, index_type, name, replace=replace, train=train)
 
     def create_index(
         self, column: str | list[str], index_type: str, name: str | None = None, metric: str = "L2",
         replace: bool = False, num_partitions: int | None = None, num_sub_vectors: int | None = None, *,
-        target_partition_size: int | None = None, **kwargs: Any,
+        target_partition_size: int | None = None, train: bool = True, **kwargs: Any,
     ) -> LanceDataset:
         """Build an IVF_FLAT or IVF_PQ vector index on ``column`` with pylance 14's parameters
-        (see :mod:`airflow_lance.core.indices.vector`); returns this handle, moved to the new version."""
+        (see :mod:`airflow_lance.core.indices.vector`; ``train=False``: an empty index, built by a
+        later ``optimize_indices``); returns this handle, moved to the new version."""
         from airflow_lance.core.indices import create_index
 
         create_index(self, column, index_type, name, metric, replace, num_partitions, num_sub_vectors,
-                     target_partition_size=target_partition_size, **kwargs)
+                     target_partition_size=target_partition_size, train=train, **kwargs)
         return self
 
     def optimize_indices(self, *, num_indices_to_merge: int | None = None, index_names: Sequence[str] | None = None,

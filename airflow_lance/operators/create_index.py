@@ -54,6 +54,8 @@ class LanceCreateIndexOperator(LanceLocalOrSparkOperator):
     :param index_type: ``BTREE``, ``BITMAP``, ``LABEL_LIST``, ``IVF_FLAT`` or ``IVF_PQ``. (templated)
     :param name: the index's name (default ``{column}_idx``, pylance's). (templated)
     :param replace: replace an index of that name on the column (default False: IndexExistsError).
+    :param train: pylance's ``train``: False commits its empty index (no rows indexed; a later
+        ``optimize_indices`` builds it), in the worker whatever the ``mode`` (no Spark job).
     :param metric: vector indices: ``L2`` (default), ``cosine`` or ``dot``. (templated)
     :param num_partitions, num_sub_vectors, target_partition_size, sample_rate, max_iters: vector
         indices, pylance's ``create_index`` arguments (None: pylance's defaults).
@@ -76,7 +78,7 @@ class LanceCreateIndexOperator(LanceLocalOrSparkOperator):
     def __init__(self, *, uri: str, column: str, index_type: str, name: str | None = None, replace: bool = False,
                  metric: str | None = None, num_partitions: int | None = None, num_sub_vectors: int | None = None,
                  target_partition_size: int | None = None, sample_rate: int | None = None,
-                 max_iters: int | None = None, **kwargs: Any) -> None:
+                 max_iters: int | None = None, train: bool = True, **kwargs: Any) -> None:
         super().__init__(uri=uri, **kwargs)
         self.column = column
         self.index_type = index_type
@@ -88,16 +90,19 @@ class LanceCreateIndexOperator(LanceLocalOrSparkOperator):
         self.target_partition_size = target_partition_size
         self.sample_rate = sample_rate
         self.max_iters = max_iters
+        self.train = train
 
     def index_params(self) -> dict[str, Any]:
         """The request: the core's ``check_index`` arguments (and the Spark job's parameters)."""
         return {"column": self.column, "index_type": self.index_type, "name": self.name,
-                "replace": bool(self.replace), **{k: getattr(self, k) for k in VECTOR_ARGS}}
+                "replace": bool(self.replace), "train": self.train, **{k: getattr(self, k) for k in VECTOR_ARGS}}
 
     def check(self) -> None:
         super().check()
         if not isinstance(self.replace, bool):
             raise lance.InvalidTypeError(f"replace must be a bool, not {type(self.replace).__name__}")
+        if not isinstance(self.train, bool):
+            raise lance.InvalidTypeError(f"train must be a bool, not {type(self.train).__name__}")
 
     def describe(self) -> str:
         return f"{self.index_type} index on {self.column!r} ({self.mode})"
@@ -107,7 +112,7 @@ class LanceCreateIndexOperator(LanceLocalOrSparkOperator):
 
     def plan(self, ds: lance.LanceDataset, key: str, context: Context) -> Planned:
         checked = lance.check_index(ds, **self.index_params())  # the core's typed errors, nothing written
-        # pylance 14 commits an empty vector index on too few rows: no Spark job for that
+        # pylance 14 commits an empty index (train=False; a vector index on too few rows): no Spark job for that
         if self.mode == "local" or not ds.get_fragments() or lance.builds_empty_index(ds, checked):
             index, rows = lance.build_index_uncommitted(ds, checked)
             staged = None

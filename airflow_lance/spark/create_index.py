@@ -51,7 +51,7 @@ import pyarrow as pa
 from airflow_lance.core import dataset
 from airflow_lance.core.indices import ivf
 from airflow_lance.core.indices.create import index_files, read_column, write_index
-from airflow_lance.core.indices.plan import check_params, decode_index, encode_index
+from airflow_lance.core.indices.plan import build_index_uncommitted, check_params, decode_index, encode_index
 from airflow_lance.core.indices.sort import merge_order, sort_order
 from airflow_lance.core.indices.vector import (
     cap_partitions,
@@ -270,7 +270,11 @@ def run_create_index(spark: SparkSession, spec: TaskJobSpec) -> tuple[list[Any],
     """Build the index over the tasks' fragments: files written, nothing committed."""
     ds = _open(spec.uri, spec.storage_options, spec.params)
     checked = check_params(ds, spec.params)
-    if checked.vector is not None:
+    if not checked.train:  # pylance 14's empty index: nothing to run on the executors
+        index, rows = build_index_uncommitted(ds, checked)
+        results: list[Any] = []
+        merged_in = None
+    elif checked.vector is not None:
         assert checked.dim is not None
         results, index, rows, merged_in = build_vector(spark, spec, ds, checked.vector, checked.field_id,
                                                        checked.dim, checked.name)

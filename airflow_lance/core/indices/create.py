@@ -159,21 +159,35 @@ def write_index(current: LanceDataset, field_id: int, name: str, files: dict, ty
     return index
 
 
+def empty_column(current: LanceDataset, column: str) -> tuple[pa.Array, np.ndarray, list[int]]:
+    """What :func:`read_column` gives for no fragment: no values (of the column's type), no row
+    addresses, no fragments (``train=False``: pylance 14 writes the index over no rows)."""
+    return pa.array([], current.schema.field(column).type), np.zeros(0, np.uint64), []
+
+
 def build_index(current: LanceDataset, column: str, field_id: int, index_type: str, name: str,
-                fragment_ids: Sequence[int] | None = None, dataset_version: int | None = None
+                fragment_ids: Sequence[int] | None = None, dataset_version: int | None = None, train: bool = True
                 ) -> table_pb2.IndexMetadata:
     """Write the files of an index over ``column`` in ``fragment_ids`` (default: every fragment) of
-    ``current`` under a new ``_indices/{uuid}/`` and return its ``IndexMetadata``."""
-    values, addrs, fragments = read_column(current, column, index_type, fragment_ids)
+    ``current`` under a new ``_indices/{uuid}/`` and return its ``IndexMetadata``; without ``train``
+    pylance 14's empty index: the files over no rows, an empty fragment bitmap."""
+    values, addrs, fragments = read_column(current, column, index_type, fragment_ids) if train else \
+        empty_column(current, column)
     files, type_url, version = index_files(current, index_type, values, addrs)
     return write_index(current, field_id, name, files, type_url, version, fragments, dataset_version)
 
 
 def _build(current: LanceDataset, column: str, field_id: int, index_type: str, name: str | None,
-           replace: bool) -> LanceOperation.CreateIndex:
+           replace: bool, train: bool) -> LanceOperation.CreateIndex:
     name, existing = resolve_name(current, column, field_id, index_type, name, replace)
-    index = build_index(current, column, field_id, index_type, name)
+    index = build_index(current, column, field_id, index_type, name, train=train)
     return LanceOperation.CreateIndex(new_indices=[index], removed_indices=existing)
+
+
+def check_train(train: object) -> bool:
+    if not isinstance(train, bool):
+        raise InvalidTypeError(f"train must be a bool, not {type(train).__name__}")
+    return train
 
 
 def check_scalar_index(dataset: LanceDataset, column: str, index_type: str, name: str | None, replace: bool
@@ -194,17 +208,20 @@ def check_scalar_index(dataset: LanceDataset, column: str, index_type: str, name
 
 def create_scalar_index(
     dataset: LanceDataset, column: str, index_type: str = "BTREE", name: str | None = None, *,
-    replace: bool = True, conflict_retries: int = 10,
+    replace: bool = True, train: bool = True, conflict_retries: int = 10,
 ) -> None:
     """Build a scalar index on ``column`` and commit it; the handle moves to the new version.
 
+    ``train=False`` (pylance 14): the index is written over no rows (its files, an empty fragment
+    bitmap: every fragment is unindexed), a later ``optimize_indices`` builds it over the data.
     ``name`` defaults to ``{column}_idx`` (see :func:`resolve_name`). An index of the same name on
     the same column is replaced when ``replace`` (pylance 14's default), else IndexExistsError.
     Raises before writing anything: ColumnNotFoundError (KeyError), InvalidTypeError (TypeError)
     for a column type the index cannot hold, UnsupportedFeatureError (NotImplementedError) for an
     unknown or not yet supported ``index_type``.
     """
+    check_train(train)
     kind, field_id = check_scalar_index(dataset, column, index_type, name, replace)
     dataset._commit_planned(
-        lambda current: (_build(current, column, field_id, kind, name, replace), None), conflict_retries
+        lambda current: (_build(current, column, field_id, kind, name, replace, train), None), conflict_retries
     )

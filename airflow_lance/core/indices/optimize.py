@@ -95,9 +95,10 @@ def _plan(current: LanceDataset, num_indices_to_merge: int | None, index_names: 
         for segment in merge:
             covered |= set(fragment_bitmap(segment)) & live
         # pylance 14: the oldest merged segment's version, but a LABEL_LIST merged from several
-        # segments (rebuilt) gets the version it was built on, as a delta does
-        dataset_version = None if not merge or (kind == "LABEL_LIST" and len(merge) > 1) else min(
-            s.dataset_version for s in merge)
+        # segments (rebuilt), or segments that cover no fragment (``train=False``), get the
+        # version it was built on, as a delta does
+        dataset_version = None if not merge or (kind == "LABEL_LIST" and len(merge) > 1) or all(
+            not fragment_bitmap(s) for s in merge) else min(s.dataset_version for s in merge)
         field_id = segments[0].fields[0]
         new.append(build_index(current, names[field_id], field_id, kind, name, sorted(covered), dataset_version))
         removed.extend(merge)

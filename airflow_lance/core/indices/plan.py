@@ -23,12 +23,21 @@ from airflow_lance.core.errors import InvalidInputError, InvalidTypeError, Unsup
 from airflow_lance.core.indices import ivf
 from airflow_lance.core.indices.create import PYLANCE_SCALAR_TYPES
 from airflow_lance.core.indices.create import SUPPORTED_TYPES as SUPPORTED_SCALAR_TYPES
-from airflow_lance.core.indices.create import check_scalar_index, index_files, read_column, resolve_name, write_index
+from airflow_lance.core.indices.create import (
+    check_scalar_index,
+    check_train,
+    empty_column,
+    index_files,
+    read_column,
+    resolve_name,
+    write_index,
+)
 from airflow_lance.core.indices.vector import SUPPORTED_TYPES as SUPPORTED_VECTOR_TYPES
 from airflow_lance.core.indices.vector import (
     PYLANCE_VECTOR_TYPES,
     build_vector_index,
     check_vector_index,
+    empty_vector_index,
     trains_nothing,
 )
 
@@ -50,6 +59,7 @@ class CheckedIndex:
     removed: list[table_pb2.IndexMetadata]
     dim: int | None = None
     vector: ivf.VectorIndexParams | None = None
+    train: bool = True
 
     @property
     def is_vector(self) -> bool:
@@ -61,10 +71,11 @@ def is_vector_type(index_type: Any) -> bool:
 
 
 def check_index(ds: LanceDataset, column: Any, index_type: Any, name: str | None = None, replace: bool = False,
-                **kwargs: Any) -> CheckedIndex:
+                train: bool = True, **kwargs: Any) -> CheckedIndex:
     """The checks of the core's create for ``index_type`` (scalar or vector) on ``ds`` (nothing is
     written); ``kwargs`` are the vector build's (:data:`VECTOR_ARGS`, given as None for defaults),
-    refused for scalar types when given."""
+    refused for scalar types when given. ``train=False``: pylance 14's empty index (any type)."""
+    check_train(train)
     if not isinstance(index_type, str):
         raise InvalidTypeError(f"index_type must be a string, not {type(index_type).__name__}")
     given = {k: v for k, v in kwargs.items() if v is not None}
@@ -77,22 +88,24 @@ def check_index(ds: LanceDataset, column: Any, index_type: Any, name: str | None
         extra = {k: given[k] for k in ("sample_rate", "max_iters") if k in given}
         column, field_id, dim, params = check_vector_index(
             ds, column, index_type, name, given.get("metric", "L2"), replace, given.get("num_partitions"),
-            given.get("num_sub_vectors"), given.get("target_partition_size"), **extra)
+            given.get("num_sub_vectors"), given.get("target_partition_size"), train, **extra)
         resolved, removed = resolve_name(ds, column, field_id, params.index_type, name, replace, ivf.TYPE_URL)
-        return CheckedIndex(column, params.index_type, field_id, resolved, removed, dim, params)
+        return CheckedIndex(column, params.index_type, field_id, resolved, removed, dim, params, train)
     kind, field_id = check_scalar_index(ds, column, index_type, name, replace)
     unused = sorted(k for k in given if k != "metric" or str(given[k]).lower() != "l2")
     if unused:
         raise InvalidInputError(f"{', '.join(unused)} apply to vector indices only, not to a {kind} index")
     resolved, removed = resolve_name(ds, column, field_id, kind, name, replace)
-    return CheckedIndex(column, kind, field_id, resolved, removed)
+    return CheckedIndex(column, kind, field_id, resolved, removed, train=train)
 
 
 def builds_empty_index(ds: LanceDataset, checked: CheckedIndex) -> bool:
-    """Whether the checked vector index is, without reading a vector, one pylance 14 commits empty
-    (no rows; IVF_PQ: fewer live rows than PQ trains on): the Airflow operator then builds it
-    locally, no Spark job runs (:func:`.vector.trains_nothing`; the Spark job makes the same entry
-    when only the vectors, not the rows, are too few)."""
+    """Whether the checked index is, without reading a vector, one pylance 14 commits empty
+    (``train=False``; a vector index on no rows, IVF_PQ on fewer live rows than PQ trains on): the
+    Airflow operator then builds it locally, no Spark job runs (:func:`.vector.trains_nothing`;
+    the Spark job makes the same entry when only the vectors, not the rows, are too few)."""
+    if not checked.train:
+        return True
     if checked.vector is None:
         return False
     rows = ds.count_rows()
@@ -105,17 +118,21 @@ def build_index_uncommitted(ds: LanceDataset, checked: CheckedIndex, seed: int |
     (to commit in a ``CreateIndex`` at ``ds.version``) and the rows indexed."""
     if checked.vector is not None:
         assert checked.dim is not None
+        if not checked.train:
+            return empty_vector_index(ds, checked.field_id, checked.name, checked.vector), 0
         return build_vector_index(ds, checked.column, checked.field_id, checked.dim, checked.vector, checked.name, seed)
-    values, addrs, fragments = read_column(ds, checked.column, checked.index_type)
+    values, addrs, fragments = read_column(ds, checked.column, checked.index_type) if checked.train else \
+        empty_column(ds, checked.column)
     files, type_url, version = index_files(ds, checked.index_type, values, addrs)
     return write_index(ds, checked.field_id, checked.name, files, type_url, version, fragments), len(addrs)
 
 
 def check_params(ds: LanceDataset, params: Mapping[str, Any]) -> CheckedIndex:
     """:func:`check_index` of a job's parameter mapping (``column``, ``index_type``, ``name``,
-    ``replace`` and :data:`VECTOR_ARGS`; other keys ignored)."""
+    ``replace``, ``train`` (default True) and :data:`VECTOR_ARGS`; other keys ignored)."""
     return check_index(ds, params.get("column"), params.get("index_type"), params.get("name"),
-                       bool(params.get("replace")), **{k: params.get(k) for k in VECTOR_ARGS})
+                       bool(params.get("replace")), params.get("train", True),
+                       **{k: params.get(k) for k in VECTOR_ARGS})
 
 
 def index_uuid(index: table_pb2.IndexMetadata) -> str:

@@ -31,7 +31,7 @@ from airflow_lance.core.errors import (
     UnsupportedFeatureError,
 )
 from airflow_lance.core.indices import ivf
-from airflow_lance.core.indices.create import resolve_name
+from airflow_lance.core.indices.create import check_train, resolve_name
 from airflow_lance.core.indices.files import write_index_file
 from airflow_lance.core.transaction import LanceOperation
 
@@ -50,7 +50,7 @@ DEFAULT_NUM_SUB_VECTORS = 16
 _DEFAULTS: dict[str, Any] = {
     "ivf_centroids": None, "pq_codebook": None, "accelerator": None, "index_cache_size": None,
     "shuffle_partition_batches": None, "shuffle_partition_concurrency": None, "ivf_centroids_file": None,
-    "precomputed_partition_dataset": None, "storage_options": None, "filter_nan": True, "train": True,
+    "precomputed_partition_dataset": None, "storage_options": None, "filter_nan": True,
     "fragment_ids": None, "index_uuid": None, "streaming_sample_rate": None, "streaming_coreset_rate": None,
     "streaming_refine_passes": None, "skip_transpose": False, "progress_callback": None,
     "index_file_version": "V3",
@@ -87,7 +87,8 @@ def _column(dataset: LanceDataset, column: Any) -> tuple[str, int, int]:
 
 
 def _params(dataset: LanceDataset, index_type: Any, metric: Any, num_partitions: Any, num_sub_vectors: Any,
-            target_partition_size: Any, dim: int, kwargs: dict[str, Any]) -> ivf.VectorIndexParams:
+            target_partition_size: Any, dim: int, kwargs: dict[str, Any], train: bool = True
+            ) -> ivf.VectorIndexParams:
     if not isinstance(index_type, str):
         raise InvalidTypeError(f"index_type must be a string, not {type(index_type).__name__}")
     kind = index_type.upper()
@@ -118,6 +119,9 @@ def _params(dataset: LanceDataset, index_type: Any, metric: Any, num_partitions:
         num_partitions = min(max(1, dataset.count_rows() // target), MAX_PARTITIONS)
     elif isinstance(num_partitions, float):
         num_partitions = int(num_partitions)
+    if not train and isinstance(num_partitions, (int, np.integer)) and not isinstance(num_partitions, bool) \
+            and num_partitions < 1:
+        num_partitions = 1  # pylance 14 without training: not checked (nor recorded; optimize chooses its own)
     num_partitions = _positive_int("num_partitions", num_partitions)
     if kind == "IVF_PQ":
         num_sub_vectors = DEFAULT_NUM_SUB_VECTORS if num_sub_vectors is None else \
@@ -225,17 +229,20 @@ def build_vector_index(current: LanceDataset, column: str, field_id: int, dim: i
 
 def check_vector_index(dataset: LanceDataset, column: Any, index_type: str, name: str | None, metric: str,
                        replace: bool, num_partitions: int | None, num_sub_vectors: int | None,
-                       target_partition_size: int | None = None, **kwargs: Any
+                       target_partition_size: int | None = None, train: bool = True, **kwargs: Any
                        ) -> tuple[str, int, int, ivf.VectorIndexParams]:
     """Every check of :func:`create_index` (nothing is written): the column, its field id, the
-    dimension and the build's parameters."""
+    dimension and the build's parameters. Without ``train`` (pylance 14) no row is read, so rows
+    without vectors are no error, nor is a ``num_partitions`` below 1."""
+    check_train(train)
     column, field_id, dim = _column(dataset, column)
     params = _params(dataset, index_type, metric, num_partitions, num_sub_vectors, target_partition_size, dim,
-                     kwargs)
+                     kwargs, train)
     if name is not None and (not isinstance(name, str) or not name):
         raise InvalidInputError(f"name must be a non-empty string, not {name!r}")
     resolve_name(dataset, column, field_id, params.index_type, name, replace, ivf.TYPE_URL)
-    _check_rows(dataset, column, dim, params)
+    if train:
+        _check_rows(dataset, column, dim, params)
     return column, field_id, dim, params
 
 
@@ -253,7 +260,7 @@ def _check_rows(dataset: LanceDataset, column: str, dim: int, params: ivf.Vector
 def create_index(
     dataset: LanceDataset, column: Any, index_type: str, name: str | None = None, metric: str = "L2",
     replace: bool = False, num_partitions: int | None = None, num_sub_vectors: int | None = None, *,
-    target_partition_size: int | None = None, conflict_retries: int = 10, **kwargs: Any,
+    target_partition_size: int | None = None, train: bool = True, conflict_retries: int = 10, **kwargs: Any,
 ) -> None:
     """Build an IVF_FLAT or IVF_PQ index on ``column`` and commit it; the handle moves to the new version.
 
@@ -266,14 +273,18 @@ def create_index(
     UnsupportedFeatureError (NotImplementedError) for other index types, float16/float64 vectors, the hamming metric, ``num_bits`` other than 8
     and pylance arguments not implemented here (given at other than their defaults);
     IndexExistsError (RuntimeError) for a taken name without ``replace``.
+    ``train=False`` (pylance 14): the empty index (:func:`empty_vector_index`) whatever the rows.
     """
     column, field_id, dim, params = check_vector_index(dataset, column, index_type, name, metric, replace,
                                                        num_partitions, num_sub_vectors, target_partition_size,
-                                                       **kwargs)
+                                                       train, **kwargs)
 
     def plan(current: LanceDataset) -> tuple[LanceOperation.CreateIndex, None]:
         index_name, existing = resolve_name(current, column, field_id, params.index_type, name, replace, ivf.TYPE_URL)
-        index, _ = build_vector_index(current, column, field_id, dim, params, index_name)
+        if train:
+            index, _ = build_vector_index(current, column, field_id, dim, params, index_name)
+        else:
+            index = empty_vector_index(current, field_id, name=index_name, params=params)
         return LanceOperation.CreateIndex(new_indices=[index], removed_indices=existing), None
 
     dataset._commit_planned(plan, conflict_retries)

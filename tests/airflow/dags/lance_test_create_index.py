@@ -45,12 +45,15 @@ with DAG("lance_test_create_index", schedule=None, start_date=dt.datetime(2025, 
     # 20 rows: too few to train PQ, pylance 14 commits an empty index; no Spark job runs for it
     empty_pq_spark = LanceCreateIndexOperator(task_id="empty_pq_spark", uri=f"{ROOT}/few.lance", column="vec",
                                               index_type="IVF_PQ", num_sub_vectors=4, **spark)
+    # train=False: pylance 14's empty BTREE, written in the worker; no Spark job runs for it
+    untrained_spark = LanceCreateIndexOperator(task_id="untrained_spark", uri=f"{ROOT}/untrained.lance",
+                                               column="id", index_type="BTREE", train=False, **spark)
     # the store refuses the index files (``_indices`` is a file): the sorted runs are staged, the merge task fails
     merge_fails = LanceCreateIndexOperator(task_id="merge_fails", uri=f"{ROOT}/blocked.lance", column="id",
                                            index_type="BTREE", num_tasks=2, on_failure_callback=record_failure,
                                            **spark)
     (btree_local >> ivf_pq_local >> btree_spark >> ivf_pq_spark >> unknown_type >> missing_column >> wrong_type
-     >> vector_on_text >> exists >> empty_pq_spark >> merge_fails)
+     >> vector_on_text >> exists >> empty_pq_spark >> untrained_spark >> merge_fails)
 
 with DAG("lance_test_create_index_more", schedule=None, start_date=dt.datetime(2025, 1, 1),
          catchup=False) as more_dag:

@@ -73,6 +73,9 @@ def run(tmp_path_factory: pytest.TempPathFactory, spark_submit_spy: SparkSubmitS
     for name in ("few", "few_pylance"):
         pylance.write_dataset(_table(20), str(root / f"{name}.lance"))
     pylance.dataset(str(root / "few_pylance.lance")).create_index("vec", "IVF_PQ", num_sub_vectors=4)
+    for name in ("untrained", "untrained_pylance"):
+        pylance.write_dataset(_table(200), str(root / f"{name}.lance"), max_rows_per_file=100)
+    pylance.dataset(str(root / "untrained_pylance.lance")).create_scalar_index("id", "BTREE", train=False)
     dag_run = _run_dag(root, "lance_test_create_index")
     return IndexRun(root, dag_run, task_instances(dag_run), spark_submit_spy)
 
@@ -199,6 +202,20 @@ def test_too_few_rows_for_pq_commit_pylances_empty_index_without_a_spark_job(run
     assert [(d.num_rows_indexed, d.total_size_bytes) for d in ours.describe_indices()] == [
         (d.num_rows_indexed, d.total_size_bytes) for d in theirs.describe_indices()] == [(0, None)]
     assert not (run.root / "few.lance" / "_indices").exists()
+
+
+def test_train_false_commits_pylances_empty_index_without_a_spark_job(run: IndexRun) -> None:
+    # no third spark-submit (test_retries_commit_once_and_reuse_the_staged_index counts two)
+    result = xcom_value(run.dag_run, "untrained_spark")
+    assert (result["num_indexed_rows"], result["index_name"], result["mode"], result["version"]) == (
+        0, "id_idx", "spark", 2)
+    ours, theirs = (pylance.dataset(run.uri(name)) for name in ("untrained", "untrained_pylance"))
+    assert [(d.name, d.num_rows_indexed, d.total_size_bytes, [sorted(s.fragment_ids) for s in d.segments])
+            for d in ours.describe_indices()] == [
+        (d.name, d.num_rows_indexed, d.total_size_bytes, [sorted(s.fragment_ids) for s in d.segments])
+        for d in theirs.describe_indices()] == [("id_idx", 0, 713, [[]])]
+    ours.optimize.optimize_indices()  # pylance builds it over the data
+    assert [d.num_rows_indexed for d in pylance.dataset(run.uri("untrained")).describe_indices()] == [200]
 
 
 @pytest.mark.parametrize(("task_id", "error", "words"), [
