@@ -35,9 +35,9 @@ class LanceCreateIndexOperator(LanceLocalOrSparkOperator):
     ``L2``, ``cosine`` or ``dot``) indices, in pylance 14's format. ``mode="local"`` builds the
     index in the worker (the core's build); ``mode="spark"`` on Spark executors, one Spark task per
     fragment (or per group of fragments, ``num_tasks``): for a scalar index each task sorts its
-    fragments' values into a run and the driver merges the runs and writes the files; for a vector
+    fragments' values into a run and one Spark task merges the runs and writes the files; for a vector
     index the driver trains the IVF centroids (and PQ codebooks) on a uniform sample the tasks drew,
-    the tasks assign and encode their vectors and the driver writes the files. Either way the
+    the tasks assign and encode their vectors and one Spark task writes the files. Either way the
     worker commits one ``CreateIndex`` at the version read (it replaces the index of the same name
     with ``replace``); a concurrent commit is handled as pylance's create does (an index of the
     same name committed meanwhile makes it fail; appends are fine: their rows stay unindexed).

@@ -2,7 +2,7 @@
 
 pylance 14's names and defaults: ``metric`` "L2" (also "euclidean"), "cosine" or "dot";
 ``replace`` False; ``num_partitions`` default ``num_rows // target_partition_size`` in
-[1, 4096] (target 4096 rows for IVF_FLAT, 8192 for IVF_PQ); ``num_sub_vectors`` default 16;
+[1, 4096] (target 4096 rows for IVF_FLAT, 8192 for IVF_PQ); ``num_sub_vectors`` required for IVF_PQ;
 ``num_bits`` 8; ``sample_rate`` 256; ``max_iters`` 50. Rows whose vector is null or not
 finite are left out. As pylance 14, at most one partition per vector is trained (IVF_PQ: one
 per 256 vectors), with a warning; with no rows (IVF_PQ: fewer than 256 vectors) it commits an
@@ -45,7 +45,6 @@ SUPPORTED_TYPES = ("IVF_FLAT", "IVF_PQ")
 PYLANCE_METRICS = ("l2", "cosine", "euclidean", "dot", "hamming")
 TARGET_PARTITION_SIZE = {"IVF_FLAT": 4096, "IVF_PQ": 8192}
 MAX_PARTITIONS = 4096
-DEFAULT_NUM_SUB_VECTORS = 16
 #: Keyword arguments of pylance's ``create_index`` accepted here only at their defaults.
 _DEFAULTS: dict[str, Any] = {
     "ivf_centroids": None, "pq_codebook": None, "accelerator": None, "index_cache_size": None,
@@ -124,8 +123,9 @@ def _params(dataset: LanceDataset, index_type: Any, metric: Any, num_partitions:
         num_partitions = 1  # pylance 14 without training: not checked (nor recorded; optimize chooses its own)
     num_partitions = _positive_int("num_partitions", num_partitions)
     if kind == "IVF_PQ":
-        num_sub_vectors = DEFAULT_NUM_SUB_VECTORS if num_sub_vectors is None else \
-            _positive_int("num_sub_vectors", num_sub_vectors)
+        if num_sub_vectors is None:  # pylance 14's message (num_partitions has a default)
+            raise InvalidInputError("num_partitions and num_sub_vectors are required for IVF_PQ")
+        num_sub_vectors = _positive_int("num_sub_vectors", num_sub_vectors)
         if dim % num_sub_vectors:
             raise InvalidInputError(f"dimension ({dim}) must be divisible by num_sub_vectors ({num_sub_vectors})")
     return ivf.VectorIndexParams(kind, metric, num_partitions, num_sub_vectors if kind == "IVF_PQ" else None,
