@@ -55,7 +55,7 @@ def _race(store, rounds: int) -> None:
 def test_put_if_not_exists_race_has_exactly_one_winner_each_round(backend):
     if backend.name == "s3-moto":
         # moto's PutObject checks If-None-Match and then stores, without a lock (moto/s3/responses.py,
-        # put_object): two of 16 concurrent creates can both win, as they did in 1 of ~10 CI runs. The
+        # put_object): two of 16 concurrent creates can both win, as they once did in a full run. The
         # server is not atomic, so a race on it says nothing about us; S3's race runs on SeaweedFS.
         pytest.skip("moto's conditional PutObject is check-then-put without a lock (not atomic)")
     _race(open_store(backend.new_uri("race"), backend.options), SHORT_RACE_ROUNDS.get(backend.name, RACE_ROUNDS))
