@@ -20,6 +20,8 @@ import pytest
 import airflow_lance.core as lance
 from airflow_lance.core.indices.metadata import fragment_bitmap, user_indices
 
+from .vector_checks import pylance_nearest_agrees
+
 pytestmark = [pytest.mark.filterwarnings("ignore:The 'list_indices' method is deprecated:DeprecationWarning")]
 
 DIM = 8
@@ -40,12 +42,7 @@ def _entries(uri: str) -> list[tuple]:
 def _pylance_queries_agree(uri: str) -> None:
     ds = pylance.dataset(uri)
     assert ds.to_table(filter="id >= 0").num_rows == ds.count_rows()
-    q = VECTORS[3]
-    got = ds.to_table(nearest={"column": "vec", "q": q, "k": 5, "nprobes": 64, "refine_factor": 100}, columns=["id"])
-    full = ds.to_table(columns=["id", "vec"])
-    vecs = pc.list_flatten(full.column("vec")).to_numpy().reshape(-1, DIM)
-    exact = full.column("id").to_numpy()[np.argsort(((vecs - q) ** 2).sum(axis=1), kind="stable")[:5]]
-    assert set(got.column("id").to_pylist()) == set(exact.tolist())
+    pylance_nearest_agrees(uri, VECTORS[3])
 
 
 @pytest.mark.parametrize(("kind", "rows"), [("IVF_PQ", 20), ("IVF_FLAT", 0)])

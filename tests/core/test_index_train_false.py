@@ -17,13 +17,14 @@ import uuid
 import lance as pylance
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pytest
 
 import airflow_lance.core as lance
 from airflow_lance.core._proto import index_pb2
 from airflow_lance.core.file import LanceFileReader
 from airflow_lance.core.indices.metadata import fragment_bitmap, user_indices
+
+from .vector_checks import pylance_nearest_agrees
 
 pytestmark = pytest.mark.filterwarnings("ignore:The 'list_indices' method is deprecated:DeprecationWarning")
 
@@ -164,16 +165,6 @@ def test_each_side_maintains_the_others_empty_scalar_index(tmp_path):
         _scalar_queries_agree(theirs, query, indexed=True)
 
 
-def _pylance_nearest_agrees(uri: str) -> None:
-    ds = pylance.dataset(uri)
-    q = VECTORS[3]
-    got = ds.to_table(nearest={"column": "vec", "q": q, "k": 5, "nprobes": 64, "refine_factor": 100}, columns=["id"])
-    full = ds.to_table(columns=["id", "vec"])
-    vecs = pc.list_flatten(full.column("vec")).to_numpy().reshape(-1, DIM)
-    exact = full.column("id").to_numpy()[np.argsort(((vecs - q) ** 2).sum(axis=1), kind="stable")[:5]]
-    assert set(got.column("id").to_pylist()) == set(exact.tolist())
-
-
 @pytest.mark.parametrize(("kind", "params"), [("IVF_FLAT", {"num_partitions": 2}),
                                               ("IVF_PQ", {"num_partitions": 2, "num_sub_vectors": 2})])
 def test_vector_train_false_and_optimize_as_pylance(tmp_path, kind, params):
@@ -186,7 +177,7 @@ def test_vector_train_false_and_optimize_as_pylance(tmp_path, kind, params):
     assert _described(ours) == _described(theirs)
     assert [(d.name, d.type_url, d.num_rows_indexed, len(d.segments), d.total_size_bytes)
             for d in lance.dataset(ours).describe_indices()] == _described(theirs)
-    _pylance_nearest_agrees(ours)
+    pylance_nearest_agrees(ours, VECTORS[3])
 
     for uri in (ours, theirs):
         pylance.write_dataset(_chunk(800, 300), uri, mode="append")
@@ -196,7 +187,7 @@ def test_vector_train_false_and_optimize_as_pylance(tmp_path, kind, params):
     assert [p for p, _ in _entries(ours)[0][7]] == ["auxiliary.idx", "index.idx"]
     assert [d[:4] for d in _described(ours)] == [d[:4] for d in _described(theirs)]
     assert _described(ours)[0][2] == 1100
-    _pylance_nearest_agrees(ours)
+    pylance_nearest_agrees(ours, VECTORS[3])
 
 
 def test_vector_train_false_checks_as_pylance(tmp_path):
