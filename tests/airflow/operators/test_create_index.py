@@ -3,7 +3,8 @@
 built on Spark holds what the local build holds (scalar: the same index files; vector: pylance
 lists and uses it, with the recall of the local build; the merge ran in one Spark task, not in
 the driver), retries commit once, bad input writes nothing, a failing merge task commits nothing
-and leaves no staged runs. One run of ``tests/airflow/dags/lance_test_create_index.py`` is shared by the assertions."""
+and leaves no staged runs. One run of ``tests/airflow/dags/lance_test_create_index.py`` is shared by
+the assertions."""
 
 from __future__ import annotations
 
@@ -205,7 +206,7 @@ def test_too_few_rows_for_pq_commit_pylances_empty_index_without_a_spark_job(run
 
 
 def test_train_false_commits_pylances_empty_index_without_a_spark_job(run: IndexRun) -> None:
-    # no third spark-submit (test_retries_commit_once_and_reuse_the_staged_index counts two)
+    assert run.tis["untrained_spark"].state == "success" and not _job_outputs(run, "untrained")  # no Spark job
     result = xcom_value(run.dag_run, "untrained_spark")
     assert (result["num_indexed_rows"], result["index_name"], result["mode"], result["version"]) == (
         0, "id_idx", "spark", 2)
