@@ -149,5 +149,9 @@ def test_log_lines_give_one_job_duration_and_human_sizes(run: CastRun) -> None:
     assert done.group(4) == job.group(5)
     bytes_written = xcom_value(run.dag_run, "vectors_from_json")["bytes_written"]
     assert int(done.group(4).replace(",", "")) == bytes_written
-    assert float(done.group(7)) >= float(done.group(5)) + float(done.group(6))
+    # Compared in whole hundredths: 22.48 + 0.01 > 22.49 in floats (the last CI failure). Each figure is
+    # rounded on its own, so the total may print 0.01 below the sum (22.486 + 0.006 = 22.492: "22.49",
+    # "0.01", "22.49").
+    job_c, commit_c, total_c = (round(float(done.group(i)) * 100) for i in (5, 6, 7))
+    assert total_c >= job_c + commit_c - 1
     assert "Committed version 1 of" in log and "Lance create of" in log
