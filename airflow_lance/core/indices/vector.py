@@ -76,13 +76,19 @@ def _column(dataset: LanceDataset, column: Any) -> tuple[str, int, int]:
     dtype = dataset.schema.field(column).type
     if not pa.types.is_fixed_size_list(dtype):
         raise InvalidTypeError(f"Vector column {column} must be FixedSizeListArray, got {dtype}")
-    if not pa.types.is_floating(dtype.value_type):
+    if not pa.types.is_floating(dtype.value_type) and not pa.types.is_uint8(dtype.value_type):
         raise InvalidTypeError(f"Vector column {column} must have floating value type, got {dtype.value_type}")
-    if not pa.types.is_float32(dtype.value_type):
-        raise UnsupportedFeatureError(f"vector indices on {dtype.value_type} vectors are not supported yet "
-                                      "(supported: float32)")
     field_id = next(f.id for f in dataset.lance_schema.top_level() if f.name == column)
     return column, field_id, dtype.list_size
+
+
+def _value_type(dataset: LanceDataset, column: str, metric: str) -> str:
+    """The vector values' type (float16, float32 or float64). pylance 14 takes uint8 vectors for the
+    hamming metric only, refusing them at training for the others."""
+    value_type = dataset.schema.field(column).type.value_type
+    if pa.types.is_uint8(value_type):  # hamming is refused in _params
+        raise InvalidInputError(f"Invalid user input: Unsupported training sample type UInt8 with metric {metric}")
+    return str(value_type.to_pandas_dtype().__name__)
 
 
 def _params(dataset: LanceDataset, index_type: Any, metric: Any, num_partitions: Any, num_sub_vectors: Any,
@@ -134,8 +140,9 @@ def _params(dataset: LanceDataset, index_type: Any, metric: Any, num_partitions:
 
 def read_vectors(current: LanceDataset, column: str, dim: int, fragment_ids: list[int] | None = None
                  ) -> tuple[np.ndarray, np.ndarray, list[int]]:
-    """The finite, non-null vectors of ``column`` with their row ids, and the fragments read
-    (``fragment_ids``, default every fragment)."""
+    """The finite, non-null vectors of ``column`` (in :func:`ivf.compute_dtype`: float64 vectors as
+    float64, else float32) with their row ids, and the fragments read (``fragment_ids``, default
+    every fragment)."""
     fragments = [f.id for f in current._fragments]
     if fragment_ids is None:
         table = current.scanner(columns=[column], with_row_id=True).to_table()
@@ -148,8 +155,8 @@ def read_vectors(current: LanceDataset, column: str, dim: int, fragment_ids: lis
     valid = values.is_valid()
     ids = table.column("_rowid").combine_chunks().filter(valid)
     values = values.filter(valid)
-    flat = pc.list_flatten(values).to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
-    vectors = flat.reshape(len(values), dim)
+    flat = pc.list_flatten(values).to_numpy(zero_copy_only=False)
+    vectors = flat.astype(ivf.compute_dtype(flat.dtype.name), copy=False).reshape(len(values), dim)
     finite = np.isfinite(vectors).all(axis=1)
     return vectors[finite], ids.to_numpy(zero_copy_only=False).astype(np.uint64)[finite], fragments
 
@@ -238,6 +245,7 @@ def check_vector_index(dataset: LanceDataset, column: Any, index_type: str, name
     column, field_id, dim = _column(dataset, column)
     params = _params(dataset, index_type, metric, num_partitions, num_sub_vectors, target_partition_size, dim,
                      kwargs, train)
+    params = dataclasses.replace(params, value_type=_value_type(dataset, column, params.metric))
     if name is not None and (not isinstance(name, str) or not name):
         raise InvalidInputError(f"name must be a non-empty string, not {name!r}")
     resolve_name(dataset, column, field_id, params.index_type, name, replace, ivf.TYPE_URL)
@@ -270,7 +278,7 @@ def create_index(
     ``num_sub_vectors`` below 1 or not dividing the dimension, live rows without one finite
     vector; on a dataset without rows (IVF_PQ: fewer than 256 finite vectors) an empty index is
     committed, as pylance 14 (:func:`empty_vector_index`; ``optimize_indices`` builds it later);
-    UnsupportedFeatureError (NotImplementedError) for other index types, float16/float64 vectors, the hamming metric, ``num_bits`` other than 8
+    UnsupportedFeatureError (NotImplementedError) for other index types, the hamming metric, ``num_bits`` other than 8
     and pylance arguments not implemented here (given at other than their defaults);
     IndexExistsError (RuntimeError) for a taken name without ``replace``.
     ``train=False`` (pylance 14): the empty index (:func:`empty_vector_index`) whatever the rows.
