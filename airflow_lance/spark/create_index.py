@@ -193,7 +193,7 @@ def encode_vectors(task: tuple[int, Sequence[int]], *, uri: str, storage_options
     trained: ivf.IvfModel = model.value
     ds = _open(uri, storage_options, params)
     vectors, row_ids, _ = read_vectors(ds, params["column"], dim, list(fragment_ids))
-    part = ivf.encode(ivf.prepare(vectors, trained.params.metric), trained)
+    part = ivf.encode(ivf.prepare(vectors, trained.params.metric, trained.params.value_type), trained)
     width = part.values.shape[1] if part.values.ndim == 2 else dim
     value_type = pa.from_numpy_dtype(part.values.dtype) if trained.codebooks is None else pa.uint8()
     values = pa.FixedSizeListArray.from_arrays(pa.array(np.ascontiguousarray(part.values).reshape(-1), value_type),
@@ -249,7 +249,7 @@ def build_vector(spark: SparkSession, spec: TaskJobSpec, ds: Any, params: ivf.Ve
     if trains_nothing(params, ds.count_rows(), int(sum(counts))):  # pylance 14's empty index: no files
         return [{"num_rows": 0} for _ in tasks], empty_vector_index(ds, field_id, name, params), 0, None
     params = cap_partitions(params, int(sum(counts)))
-    sample = ivf.prepare(training_sample(counts, samples, size, rng), params.metric)
+    sample = ivf.prepare(training_sample(counts, samples, size, rng), params.metric, params.value_type)
     model, _, _ = ivf.train(sample, params, rng)
     shared = share(spark, model)
     staged = _parts_dir()

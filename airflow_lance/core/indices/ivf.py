@@ -74,7 +74,16 @@ def compute_dtype(value_type: str) -> type[np.floating]:
 def stored(array: np.ndarray, value_type: str) -> np.ndarray:
     """``array`` rounded to ``value_type`` (as the files hold it), in the compute dtype: centroids and
     codebooks are used as stored, so the codes and partitions match what pylance reads back."""
-    return np.asarray(array).astype(value_type).astype(compute_dtype(value_type))
+    array = np.asarray(array)
+    if array.dtype == np.dtype(value_type):
+        return array
+    return array.astype(value_type).astype(compute_dtype(value_type))
+
+
+def residuals(vectors: np.ndarray, centroids: np.ndarray, labels: np.ndarray, value_type: str) -> np.ndarray:
+    """What PQ quantizes for ``l2``/``cosine``: each vector minus its centroid, rounded to the
+    column's value type as Lance computes it (float16 in float16)."""
+    return stored(vectors - centroids[labels], value_type)
 
 
 def _tensor(array: np.ndarray, value_type: str = "float32") -> index_pb2.Tensor:
@@ -163,9 +172,10 @@ class EncodedPart:
     values: np.ndarray
 
 
-def prepare(vectors: np.ndarray, metric: str) -> np.ndarray:
-    """Vectors as indexed: L2-normalized for ``cosine``, else unchanged."""
-    return normalize(vectors) if metric == "cosine" else vectors
+def prepare(vectors: np.ndarray, metric: str, value_type: str = "float32") -> np.ndarray:
+    """Vectors as indexed: L2-normalized for ``cosine`` (rounded to ``value_type``, as stored),
+    else unchanged."""
+    return stored(normalize(vectors), value_type) if metric == "cosine" else vectors
 
 
 def _train_metric(params: VectorIndexParams) -> str:
@@ -192,8 +202,9 @@ def train(vectors: np.ndarray, params: VectorIndexParams, rng: np.random.Generat
     codebooks = None
     if params.index_type == "IVF_PQ":
         assert params.num_sub_vectors is not None
-        residuals = vectors - centroids[labels] if pq.use_residual(params.metric) else vectors
-        codebooks = stored(pq.train(residuals, params.num_sub_vectors, rng, params.num_bits, params.max_iters),
+        values = residuals(vectors, centroids, labels, params.value_type) if pq.use_residual(params.metric) \
+            else vectors
+        codebooks = stored(pq.train(values, params.num_sub_vectors, rng, params.num_bits, params.max_iters),
                            params.value_type)
     return IvfModel(params, centroids, codebooks), labels, dists
 
@@ -205,15 +216,17 @@ def encode(vectors: np.ndarray, model: IvfModel, labels: np.ndarray | None = Non
         labels, dists = kmeans.assign(vectors, model.centroids, _train_metric(model.params))
     if model.codebooks is None:
         return EncodedPart(labels, float(dists.sum()), vectors)
-    residuals = vectors - model.centroids[labels] if pq.use_residual(model.params.metric) else vectors
-    return EncodedPart(labels, float(dists.sum()), pq.encode(residuals, model.codebooks))
+    params = model.params
+    values = residuals(vectors, model.centroids, labels, params.value_type) if pq.use_residual(params.metric) \
+        else vectors
+    return EncodedPart(labels, float(dists.sum()), pq.encode(values, model.codebooks))
 
 
 def build(vectors: np.ndarray, row_ids: np.ndarray, params: VectorIndexParams,
           rng: np.random.Generator) -> dict[str, IndexFileData]:
     """The files of an IVF_FLAT/IVF_PQ over ``vectors`` (n x dim, finite, in the
     :func:`compute_dtype` of ``params.value_type``) at ``row_ids``."""
-    vectors = prepare(vectors, params.metric)
+    vectors = prepare(vectors, params.metric, params.value_type)
     model, labels, dists = train(vectors, params, rng)
     return assemble(model, encode(vectors, model, labels, dists), row_ids)
 

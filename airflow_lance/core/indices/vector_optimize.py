@@ -121,6 +121,11 @@ def _load(store, index: table_pb2.IndexMetadata, rows: bool = True) -> _Segment:
                     centroids, aux_metadata, aux_buffers, index_metadata, model, table.schema)
 
 
+def _value_type(segment: _Segment) -> str:
+    """The vectors' value type (float16, float32 or float64): its centroids' tensor type."""
+    return ivf.tensor_value_type(segment.index_message.centroids_tensor)
+
+
 def _codebooks(segment: _Segment, m: int) -> np.ndarray:
     tensor = index_pb2.Tensor()
     tensor.ParseFromString(segment.aux_buffers[1])
@@ -159,8 +164,8 @@ def _row_ids(current: LanceDataset, fragment_ids: Sequence[int]) -> np.ndarray:
 def _encode(segment: _Segment, details: index_pb2.VectorIndexDetails, metric: str, vectors: np.ndarray
             ) -> tuple[np.ndarray, np.ndarray, float]:
     """(partition, payload, loss) of new rows against the segment's centroids and codebook."""
-    if metric == "cosine":
-        vectors = ivf.normalize(vectors)
+    value_type = _value_type(segment)
+    vectors = ivf.prepare(vectors, metric, value_type)
     if not len(vectors):
         width = details.pq.num_sub_vectors if details.WhichOneof("compression") == "pq" else vectors.shape[1]
         dtype = np.uint8 if details.WhichOneof("compression") == "pq" else vectors.dtype
@@ -175,7 +180,7 @@ def _encode(segment: _Segment, details: index_pb2.VectorIndexDetails, metric: st
         # pylance 14 encodes the rows it adds to a dot index by inner product (its build: by l2)
         codes, _ = kmeans.assign_batched(pq._split(vectors, m), codebooks, "dot")
         return labels, np.ascontiguousarray(codes.T, dtype=np.uint8), loss
-    return labels, pq.encode(vectors - segment.centroids[labels], codebooks), loss
+    return labels, pq.encode(ivf.residuals(vectors, segment.centroids, labels, value_type), codebooks), loss
 
 
 def _files(base: _Segment, labels: np.ndarray, ids: np.ndarray, payload: np.ndarray, loss: float,
@@ -201,8 +206,7 @@ def _files(base: _Segment, labels: np.ndarray, ids: np.ndarray, payload: np.ndar
     model.loss = loss
     index_metadata = base.index_metadata
     if centroids is not None:  # partitions joined: fewer centroids
-        value_type = ivf.tensor_value_type(base.index_message.centroids_tensor)
-        model.centroids_tensor.CopyFrom(ivf._tensor(centroids, value_type))
+        model.centroids_tensor.CopyFrom(ivf._tensor(centroids, _value_type(base)))
         del model.offsets[:]
         del model.lengths[:]
         model.offsets.extend([0] * k)
@@ -299,11 +303,9 @@ def _join(current: LanceDataset, column: str, segments: Sequence[table_pb2.Index
     all_vectors, all_ids = _new_rows(current, column, live_fragments, old.shape[1])
     order = np.argsort(all_ids)
     all_ids, all_vectors = all_ids[order], all_vectors[order]
-    if metric == "cosine":
-        all_vectors = ivf.normalize(all_vectors)
+    all_vectors = ivf.prepare(all_vectors, metric, _value_type(base))
     stored, added = parts[:-1], parts[-1]
-    if metric == "cosine":
-        new_vectors = ivf.normalize(new_vectors)
+    new_vectors = ivf.prepare(new_vectors, metric, _value_type(base))
     size = counts.astype(np.int64).copy()
     alive = np.ones(k, bool)
     # moved rows by the partition they come from: (ids, vectors, current partition)
@@ -384,7 +386,7 @@ def _payload(base: _Segment, details: index_pb2.VectorIndexDetails, metric: str,
         return vectors
     m = details.pq.num_sub_vectors
     if pq.use_residual(metric):
-        return pq.encode(vectors - centroids[labels], _codebooks(base, m))
+        return pq.encode(ivf.residuals(vectors, centroids, labels, _value_type(base)), _codebooks(base, m))
     codes, _ = kmeans.assign_batched(pq._split(vectors, m), _codebooks(base, m), "dot")
     return np.ascontiguousarray(codes.T, dtype=np.uint8)
 
@@ -410,8 +412,7 @@ def _split(current: LanceDataset, column: str, segments: Sequence[table_pb2.Inde
     all_vectors, all_ids = _new_rows(current, column, sorted(f.id for f in current._fragments), old.shape[1])
     order = np.argsort(all_ids)
     all_ids, all_vectors = all_ids[order], all_vectors[order]
-    if metric == "cosine":
-        all_vectors = ivf.normalize(all_vectors)
+    all_vectors = ivf.prepare(all_vectors, metric, _value_type(base))
 
     def live(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(positions in the parts, row ids, vectors) of the live rows under ``mask``, by row id."""
@@ -422,7 +423,7 @@ def _split(current: LanceDataset, column: str, segments: Sequence[table_pb2.Inde
         return where[found], ids[where[found]], all_vectors[pos[found]]
 
     rng = np.random.default_rng()
-    value_type = ivf.tensor_value_type(base.index_message.centroids_tensor)
+    value_type = _value_type(base)
     centroids = [old.copy()]
     new_of: dict[int, np.ndarray] = {}
     for p, ways in sorted(large.items()):
