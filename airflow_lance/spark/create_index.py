@@ -55,6 +55,7 @@ from airflow_lance.core.indices.plan import build_index_uncommitted, check_param
 from airflow_lance.core.indices.sort import merge_order, sort_order
 from airflow_lance.core.indices.vector import (
     cap_partitions,
+    check_training,
     empty_vector_index,
     read_vectors,
     trains_nothing,
@@ -248,6 +249,7 @@ def build_vector(spark: SparkSession, spec: TaskJobSpec, ds: Any, params: ivf.Ve
     samples = [np.frombuffer(data, dtype).reshape(-1, dim) for _, data in first]
     if trains_nothing(params, ds.count_rows(), int(sum(counts))):  # pylance 14's empty index: no files
         return [{"num_rows": 0} for _ in tasks], empty_vector_index(ds, field_id, name, params), 0, None
+    check_training(params)
     params = cap_partitions(params, int(sum(counts)))
     sample = ivf.prepare(training_sample(counts, samples, size, rng), params.metric, params.value_type)
     model, _, _ = ivf.train(sample, params, rng)

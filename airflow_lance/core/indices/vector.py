@@ -1,5 +1,8 @@
 """``create_index``: build an IVF_FLAT or IVF_PQ vector index and commit a ``CreateIndex``.
 
+On float16, float32 or float64 vectors; the files store them (and the centroids, the codebook)
+in the column's type, as pylance 14 (:mod:`.ivf`).
+
 pylance 14's names and defaults: ``metric`` "L2" (also "euclidean"), "cosine" or "dot";
 ``replace`` False; ``num_partitions`` default ``num_rows // target_partition_size`` in
 [1, 4096] (target 4096 rows for IVF_FLAT, 8192 for IVF_PQ); ``num_sub_vectors`` required for IVF_PQ;
@@ -56,12 +59,21 @@ _DEFAULTS: dict[str, Any] = {
 }
 
 
-def _positive_int(name: str, value: Any) -> int:
+def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise InvalidTypeError(f"{name} must be int, got {type(value)}")
-    if value < 1:
-        raise InvalidInputError(f"{name} must be a positive integer, got {value}")
+    if value < minimum:
+        raise InvalidInputError(f"{name} must be a {'positive' if minimum else 'non-negative'} integer, got {value}")
     return int(value)
+
+
+def check_training(params: ivf.VectorIndexParams) -> None:
+    """pylance 14 records ``sample_rate``/``max_iters`` of 0 without training (``train=False``) and
+    refuses them when it trains (a build, ``optimize_indices`` building an empty index), with this message."""
+    if params.sample_rate < 1 or params.max_iters < 1:
+        raise InvalidInputError("Invalid user input: sample_rate must be positive and max_iters must be in "
+                                f"1..=4294967295, got sample_rate={params.sample_rate} and "
+                                f"max_iters={params.max_iters}")
 
 
 def _column(dataset: LanceDataset, column: Any) -> tuple[str, int, int]:
@@ -108,8 +120,8 @@ def _params(dataset: LanceDataset, index_type: Any, metric: Any, num_partitions:
         raise UnsupportedFeatureError("the hamming metric is not supported yet (supported: l2, cosine, dot)")
     extra = dict(kwargs)
     num_bits = _positive_int("num_bits", extra.pop("num_bits", 8))
-    sample_rate = _positive_int("sample_rate", extra.pop("sample_rate", ivf.SAMPLE_RATE))
-    max_iters = _positive_int("max_iters", extra.pop("max_iters", 50))
+    sample_rate = _positive_int("sample_rate", extra.pop("sample_rate", ivf.SAMPLE_RATE), 0)
+    max_iters = _positive_int("max_iters", extra.pop("max_iters", 50), 0)
     for key, value in extra.items():
         if key not in _DEFAULTS:
             raise InvalidInputError(f"create_index got an unexpected argument {key!r}")
@@ -229,6 +241,7 @@ def build_vector_index(current: LanceDataset, column: str, field_id: int, dim: i
     vectors, row_ids, fragments = read_vectors(current, column, dim)
     if trains_nothing(params, current.count_rows(), len(vectors)):
         return empty_vector_index(current, field_id, name, params), 0
+    check_training(params)
     params = cap_partitions(params, len(vectors))
     files = ivf.build(vectors, row_ids, params, np.random.default_rng(seed))
     return write_vector_index(current, field_id, name, params, files, fragments), len(row_ids)
@@ -259,9 +272,11 @@ def _check_rows(dataset: LanceDataset, column: str, dim: int, params: ivf.Vector
     null or not finite cannot train IVF (InvalidInputError, as pylance 14). No rows at all, or
     too few vectors for PQ, give an empty index instead (:func:`trains_nothing`)."""
     rows = dataset.count_rows()
-    if 0 < rows < 2 ** params.num_bits:  # only then are the few rows read up front
+    untrainable = params.sample_rate < 1 or params.max_iters < 1  # refused only where it trains (pylance 14)
+    if 0 < rows < 2 ** params.num_bits or (untrainable and rows):  # only then are the rows read up front
         vectors, _, _ = read_vectors(dataset, column, dim)
         if not trains_nothing(params, rows, len(vectors)):
+            check_training(params)
             cap_partitions(params, len(vectors))
 
 
@@ -273,7 +288,8 @@ def create_index(
     """Build an IVF_FLAT or IVF_PQ index on ``column`` and commit it; the handle moves to the new version.
 
     Raises before writing anything: ColumnNotFoundError (KeyError); InvalidTypeError
-    (TypeError) for a column that is no fixed-size list of floats or a non-int count;
+    (TypeError) for a column that is no fixed-size list of floats (float16, float32, float64; uint8 is
+    an InvalidInputError, as pylance 14 refuses it at training) or a non-int count;
     InvalidInputError (ValueError) for an unknown metric, a ``num_partitions`` /
     ``num_sub_vectors`` below 1 or not dividing the dimension, live rows without one finite
     vector; on a dataset without rows (IVF_PQ: fewer than 256 finite vectors) an empty index is
