@@ -74,10 +74,10 @@ def compute_dtype(value_type: str) -> type[np.floating]:
 def stored(array: np.ndarray, value_type: str) -> np.ndarray:
     """``array`` rounded to ``value_type`` (as the files hold it), in the compute dtype: centroids and
     codebooks are used as stored, so the codes and partitions match what pylance reads back."""
-    array = np.asarray(array)
-    if array.dtype == np.dtype(value_type):
-        return array
-    return array.astype(value_type).astype(compute_dtype(value_type))
+    compute = compute_dtype(value_type)
+    if np.dtype(value_type) == compute:  # float32, float64: nothing to round
+        return np.asarray(array).astype(compute, copy=False)
+    return np.asarray(array).astype(value_type).astype(compute)
 
 
 def residuals(vectors: np.ndarray, centroids: np.ndarray, labels: np.ndarray, value_type: str) -> np.ndarray:
