@@ -325,7 +325,6 @@ def test_replace_drop_and_compaction(uri):
 
 def test_bad_input_raises_typed_errors_before_writing(uri):
     _write_with_pylance(uri, _vectors(200, dim=16))
-    table = pylance.dataset(uri).to_table()
     ds = lance.dataset(uri)
     cases = [
         (dict(column="nope", index_type="IVF_FLAT"), lance.ColumnNotFoundError, KeyError),
