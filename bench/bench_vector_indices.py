@@ -2,8 +2,9 @@
 
 Usage: python bench/bench_vector_indices.py [--rows 1000000] [--dim 128] [--partitions 256]
        [--sub-vectors 16] [--types IVF_PQ,IVF_FLAT] [--reps 1] [--queries 100] [--nprobes 16] [--spark]
+       [--dtype float32|float16|float64]
 
-The source (Gaussian blobs, float32, 250k-row files) is written once by pylance and copied for every
+The source (Gaussian blobs, float32 unless ``--dtype``, 250k-row files) is written once by pylance and copied for every
 run; runs alternate ours and pylance. Prints the best build time of each, the ratio ours / pylance
 (target: <= 2) and recall@10 through each index at the same nprobes (exact neighbours by numpy).
 ``--spark`` adds the operator's Spark job plus commit as a third side (see bench_indices.py: the
@@ -54,12 +55,14 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--nprobes", type=int, default=16)
     parser.add_argument("--spark", action="store_true")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "float16", "float64"))
     args = parser.parse_args()
     spark = spark_session() if args.spark else None
-    vectors = _blobs(args.rows, args.dim, 0)
-    queries = _blobs(args.queries, args.dim, 1)
-    norms = (vectors * vectors).sum(1)
-    truth = np.concatenate([np.argsort(norms - 2 * (queries[i:i + 10] @ vectors.T), axis=1)[:, :10]
+    vectors = _blobs(args.rows, args.dim, 0).astype(args.dtype)
+    queries = _blobs(args.queries, args.dim, 1).astype(args.dtype)
+    x, qs = vectors.astype(np.float64 if args.dtype == "float64" else np.float32), queries.astype(np.float64)
+    norms = (x * x).sum(1)
+    truth = np.concatenate([np.argsort(norms - 2 * (qs[i:i + 10] @ x.T), axis=1)[:, :10]
                             for i in range(0, len(queries), 10)])  # ten queries per block
     table = pa.table({"id": np.arange(args.rows),
                       "vec": pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), args.dim)})
@@ -86,7 +89,7 @@ def main() -> None:
                         lib.dataset(path).create_index("vec", index_type, **params)
                     best[name] = min(best[name], time.perf_counter() - start)
                     recall[name] = _recall(path, queries, truth, args.nprobes)
-            print(f"{index_type} {args.rows}x{args.dim} {params}: ours {best['ours']:.2f} s, "
+            print(f"{index_type} {args.rows}x{args.dim} {args.dtype} {params}: ours {best['ours']:.2f} s, "
                   f"pylance {best['pylance']:.2f} s, ratio {best['ours'] / best['pylance']:.2f}; "
                   f"recall@10 nprobes={args.nprobes}: ours {recall['ours']:.3f}, pylance {recall['pylance']:.3f}"
                   + (f"; spark job + commit {best['spark']:.2f} s, ratio {best['spark'] / best['pylance']:.2f}, "

@@ -55,6 +55,7 @@ from airflow_lance.core.indices.plan import build_index_uncommitted, check_param
 from airflow_lance.core.indices.sort import merge_order, sort_order
 from airflow_lance.core.indices.vector import (
     cap_partitions,
+    check_training,
     empty_vector_index,
     read_vectors,
     trains_nothing,
@@ -174,14 +175,14 @@ def _results(merged: Mapping[str, Any]) -> list[Any]:
 def count_and_sample(fragment_ids: Sequence[int], *, uri: str, storage_options: Mapping[str, str],
                      params: Mapping[str, Any], dim: int, size: int, seed: int | None) -> tuple[int, bytes]:
     """Executor side, first pass: (finite non-null vectors in ``fragment_ids``, a uniform sample of at
-    most ``size`` of them as float32 row-major bytes)."""
+    most ``size`` of them as row-major bytes in the compute dtype: float64 for float64 vectors, else float32)."""
     ds = _open(uri, storage_options, params)
     vectors, _, _ = read_vectors(ds, params["column"], dim, list(fragment_ids))
     count = len(vectors)
     rng = np.random.default_rng(None if seed is None else [int(seed), *[int(f) for f in fragment_ids[:1]]])
     if count > size:
         vectors = vectors[np.sort(rng.choice(count, size=size, replace=False))]
-    return count, np.ascontiguousarray(vectors, np.float32).tobytes()
+    return count, np.ascontiguousarray(vectors).tobytes()
 
 
 def encode_vectors(task: tuple[int, Sequence[int]], *, uri: str, storage_options: Mapping[str, str],
@@ -193,9 +194,9 @@ def encode_vectors(task: tuple[int, Sequence[int]], *, uri: str, storage_options
     trained: ivf.IvfModel = model.value
     ds = _open(uri, storage_options, params)
     vectors, row_ids, _ = read_vectors(ds, params["column"], dim, list(fragment_ids))
-    part = ivf.encode(ivf.prepare(vectors, trained.params.metric), trained)
+    part = ivf.encode(ivf.prepare(vectors, trained.params.metric, trained.params.value_type), trained)
     width = part.values.shape[1] if part.values.ndim == 2 else dim
-    value_type = pa.float32() if trained.codebooks is None else pa.uint8()
+    value_type = pa.from_numpy_dtype(part.values.dtype) if trained.codebooks is None else pa.uint8()
     values = pa.FixedSizeListArray.from_arrays(pa.array(np.ascontiguousarray(part.values).reshape(-1), value_type),
                                                width)
     _stage(ds, part_path(parts, number), pa.table({"partition": pa.array(part.labels.astype(np.uint32)),
@@ -227,7 +228,8 @@ def training_sample(counts: Sequence[int], samples: Sequence[np.ndarray], size: 
     take = rng.multivariate_hypergeometric(np.asarray(counts, np.int64), min(size, total)) if total else counts
     parts = [sample[np.sort(rng.choice(len(sample), size=int(n), replace=False))] if n < len(sample) else sample
              for sample, n in zip(samples, take) if n]
-    return np.concatenate(parts) if parts else np.zeros((0, samples[0].shape[1] if samples else 0), np.float32)
+    return np.concatenate(parts) if parts else \
+        np.zeros((0, samples[0].shape[1] if samples else 0), samples[0].dtype if samples else np.float32)
 
 
 def build_vector(spark: SparkSession, spec: TaskJobSpec, ds: Any, params: ivf.VectorIndexParams, field_id: int,
@@ -243,11 +245,13 @@ def build_vector(spark: SparkSession, spec: TaskJobSpec, ds: Any, params: ivf.Ve
     first = map_tasks(spark, tasks, functools.partial(count_and_sample, uri=spec.uri, storage_options=options,
                                                       params=dict(spec.params), dim=dim, size=size, seed=seed))
     counts = [count for count, _ in first]
-    samples = [np.frombuffer(data, np.float32).reshape(-1, dim) for _, data in first]
+    dtype = ivf.compute_dtype(params.value_type)
+    samples = [np.frombuffer(data, dtype).reshape(-1, dim) for _, data in first]
     if trains_nothing(params, ds.count_rows(), int(sum(counts))):  # pylance 14's empty index: no files
         return [{"num_rows": 0} for _ in tasks], empty_vector_index(ds, field_id, name, params), 0, None
+    check_training(params)
     params = cap_partitions(params, int(sum(counts)))
-    sample = ivf.prepare(training_sample(counts, samples, size, rng), params.metric)
+    sample = ivf.prepare(training_sample(counts, samples, size, rng), params.metric, params.value_type)
     model, _, _ = ivf.train(sample, params, rng)
     shared = share(spark, model)
     staged = _parts_dir()

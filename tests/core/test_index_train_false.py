@@ -215,6 +215,41 @@ def test_vector_train_false_checks_as_pylance(tmp_path):
     assert _entries(ours) == _entries(theirs)
 
 
+@pytest.mark.parametrize(("kind", "params"), [("IVF_FLAT", {"num_partitions": 2}),
+                                              ("IVF_PQ", {"num_partitions": 2, "num_sub_vectors": 2})])
+def test_vector_train_false_with_sample_rate_zero_as_pylance(tmp_path, kind, params):
+    """pylance 14 takes ``sample_rate=0`` / ``max_iters=0`` without training (recorded in the
+    details' runtime hints, nothing read) and refuses them where it would train: a build, and
+    optimize_indices building that empty index later (pylance: an OSError; ours InvalidInputError)."""
+    ours, theirs = _copies(tmp_path, rows=300)
+    zero = {"sample_rate": 0, "max_iters": 0}
+    for uri, module in ((ours, lance), (theirs, pylance)):
+        with pytest.raises(ValueError, match="sample_rate must be positive and max_iters must be in 1"):
+            module.dataset(uri).create_index("vec", kind, **params, **zero)
+        module.dataset(uri).create_index("vec", kind, train=False, **params, sample_rate=0)
+    assert _entries(ours) == _entries(theirs) and not os.path.exists(os.path.join(ours, "_indices"))
+    hints = _entries(ours)[0][6].runtime_hints
+    assert (hints["lance.ivf.sample_rate"], hints["lance.ivf.max_iters"]) == ("0", "50")
+    pylance_nearest_agrees(ours, VECTORS[3])
+    for uri in (ours, theirs):
+        pylance.write_dataset(_chunk(300, 100), uri, mode="append")
+    with pytest.raises(lance.InvalidInputError, match="got sample_rate=0 and max_iters=50"):
+        lance.dataset(ours).optimize_indices()
+    with pytest.raises(OSError, match="got sample_rate=0 and max_iters=50"):
+        pylance.dataset(theirs).optimize.optimize_indices()
+    assert lance.dataset(ours).version == pylance.dataset(theirs).version == 3
+    few = _copies(tmp_path / "few", rows=200)
+    for uri, module in zip(few, (lance, pylance)):  # nothing to train (IVF_PQ: under 256 vectors): taken
+        if kind == "IVF_PQ":
+            module.dataset(uri).create_index("vec", kind, **params, **zero)
+        else:
+            with pytest.raises(ValueError, match="sample_rate must be positive"):
+                module.dataset(uri).create_index("vec", kind, **params, **zero)
+    assert _entries(few[0]) == _entries(few[1])
+    with pytest.raises(lance.InvalidInputError, match="sample_rate must be a non-negative integer"):
+        lance.dataset(ours).create_index("vec", kind, train=False, replace=True, **params, sample_rate=-1)
+
+
 @pytest.mark.parametrize(("column", "kind", "params"), [("k", "BITMAP", {}),
                                                         ("vec", "IVF_PQ", {"num_sub_vectors": 2})])
 def test_check_index_and_uncommitted_build_without_training(tmp_path, column, kind, params):

@@ -20,7 +20,7 @@ import pytest
 import airflow_lance.core as lance
 from airflow_lance.core._proto import index_pb2
 from airflow_lance.core.file import LanceFileReader
-from airflow_lance.core.indices import kmeans, pq
+from airflow_lance.core.indices import ivf, kmeans, pq
 
 pytestmark = pytest.mark.filterwarnings("ignore:The 'list_indices' method is deprecated:DeprecationWarning")
 
@@ -82,15 +82,15 @@ def _plan(uri: str, query: np.ndarray, metric: str) -> str:
 
 
 def _compare_recall(tmp_path, index_type: str, metric: str, n: int, queries: int, params: dict,
-                    nprobes: int, builds: int = 1, dim: int = DIM) -> tuple[float, float]:
+                    nprobes: int, builds: int = 1, dim: int = DIM, dtype: str = "float32") -> tuple[float, float]:
     """Mean recall@10 of ``builds`` indices of ours and of pylance's (k-means is randomized: one
     pylance build's recall varies by about +-0.02 around its mean on these sizes: the test takes the
-    means of 3 (IVF_FLAT) or 4 (IVF_PQ) builds of each)."""
+    means of 3 (IVF_FLAT) or 4 (IVF_PQ) builds of each), on vectors of ``dtype``."""
     ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
-    vectors = _vectors(n, dim)
+    vectors = _vectors(n, dim).astype(dtype)
     live = _write_with_pylance(ours, vectors)
     shutil.copytree(ours, theirs)
-    q = _vectors(queries, dim, seed=1)
+    q = _vectors(queries, dim, seed=1).astype(dtype)
     truth = _truth(vectors, live, q, metric)
     returned = lance.dataset(ours).create_index("vec", index_type, metric=metric, **params)
     assert isinstance(returned, lance.LanceDataset) and returned.version == 3
@@ -137,6 +137,24 @@ def test_recall_on_larger_data(tmp_path, index_type, metric):
     assert ours >= theirs - 0.02, (ours, theirs)
 
 
+#: float16/float64 vectors (pylance 14 stores the vectors, centroids and codebook in that type);
+#: the default suite runs these four, ``make stress`` every type and metric for both.
+WIDTHS = [("float16", "IVF_PQ", "dot"), ("float64", "IVF_PQ", "cosine"), ("float16", "IVF_FLAT", "l2"),
+          ("float64", "IVF_FLAT", "dot")]
+
+
+@pytest.mark.parametrize(("dtype", "index_type", "metric"), WIDTHS + [
+    pytest.param(d, t, m, marks=pytest.mark.slow) for d in ("float16", "float64") for t, m in CASES
+    if (d, t, m) not in WIDTHS])
+def test_float16_and_float64_vectors(tmp_path, dtype, index_type, metric):
+    params = {"num_partitions": 16} | ({"num_sub_vectors": 4} if index_type == "IVF_PQ" else {})
+    ours, theirs = _compare_recall(tmp_path, index_type, metric, 3000, 150, params, nprobes=4,
+                                   builds=2 if index_type == "IVF_FLAT" else 4, dim=16, dtype=dtype)
+    print(f"recall@10 {dtype} {index_type} {metric}: ours {ours:.3f}, pylance {theirs:.3f}")
+    assert ours >= theirs - 0.02, (ours, theirs)
+    assert ours > (0.9 if index_type == "IVF_FLAT" else 0.4), ours
+
+
 def _files(uri: str) -> dict[str, LanceFileReader]:
     [path] = glob.glob(os.path.join(uri, "_indices", "*"))
     return {name: LanceFileReader(pa.OSFile(os.path.join(path, name)), path=name)
@@ -149,13 +167,15 @@ def _ivf(reader: LanceFileReader) -> index_pb2.IVF:
     return message
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
 @pytest.mark.parametrize("index_type", ["IVF_FLAT", "IVF_PQ"])
-def test_our_index_files_hold_what_pylance_writes(tmp_path, index_type):
+def test_our_index_files_hold_what_pylance_writes(tmp_path, index_type, dtype):
     """Same schemas, schema metadata, IVF buffers, codebook shape and manifest entry; and the
     stored rows are those of the layout: partitions in order, scan order inside, cosine vectors
-    normalized, each partition's PQ codes transposed (checked by decoding pylance's files)."""
+    normalized, each partition's PQ codes transposed (checked by decoding pylance's files).
+    float16/float64 vectors: the ``flat`` values, centroids and codebook in that type."""
     ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
-    vectors = _vectors(3000, dim=16)
+    vectors = _vectors(3000, dim=16).astype(dtype)
     _write_with_pylance(ours, vectors)
     shutil.copytree(ours, theirs)
     params = {"num_partitions": 4, "metric": "cosine"} | ({"num_sub_vectors": 4} if index_type == "IVF_PQ" else {})
@@ -169,6 +189,7 @@ def test_our_index_files_hold_what_pylance_writes(tmp_path, index_type):
         a_ivf, b_ivf = _ivf(a), _ivf(b)
         assert list(a_ivf.centroids_tensor.shape) == list(b_ivf.centroids_tensor.shape), name
         assert a_ivf.centroids_tensor.data_type == b_ivf.centroids_tensor.data_type, name
+        assert len(a_ivf.centroids_tensor.data) == len(b_ivf.centroids_tensor.data), name
         assert len(a_ivf.lengths) == len(b_ivf.lengths) == 4 and sum(a_ivf.lengths) == sum(b_ivf.lengths), name
         assert list(a_ivf.offsets) == np.concatenate([[0], np.cumsum(a_ivf.lengths)[:-1]]).tolist() or \
             not sum(a_ivf.lengths), name
@@ -178,25 +199,29 @@ def test_our_index_files_hold_what_pylance_writes(tmp_path, index_type):
         a_cb.ParseFromString(mine["auxiliary.idx"].global_buffer(2))
         b_cb.ParseFromString(pylances["auxiliary.idx"].global_buffer(2))
         assert list(a_cb.shape) == list(b_cb.shape) == [256, 16] and a_cb.data_type == b_cb.data_type
+        assert len(a_cb.data) == len(b_cb.data) == 256 * 16 * np.dtype(dtype).itemsize
     # pylance's stored rows follow the layout our writer implements
     aux, index = pylances["auxiliary.idx"], pylances["index.idx"]
-    table, ivf = aux.read(), _ivf(aux)
-    centroids = np.frombuffer(_ivf(index).centroids_tensor.data, np.float32).reshape(4, 16)
+    table, layout = aux.read(), _ivf(aux)
+    assert index_pb2.Tensor.DataType.Name(_ivf(index).centroids_tensor.data_type) == dtype.upper()
+    centroids = ivf.tensor_array(_ivf(index).centroids_tensor)
+    assert centroids.shape == (4, 16)
     ids = table["_rowid"].to_numpy()
-    x = vectors[(ids >> 32) * 3000 + (ids & 0xFFFFFFFF)]
+    x = vectors[(ids >> 32) * 3000 + (ids & 0xFFFFFFFF)].astype(ivf.compute_dtype(dtype))
     x = x / np.linalg.norm(x, axis=1, keepdims=True)
-    parts = np.repeat(np.arange(4), ivf.lengths)
+    parts = np.repeat(np.arange(4), layout.lengths)
     assert (kmeans.assign(x, centroids, "l2")[0] == parts).mean() > 0.99
-    bounds = np.cumsum(ivf.lengths)[:-1]
+    bounds = np.cumsum(layout.lengths)[:-1]
     assert all((np.diff(chunk.astype(np.int64)) > 0).all() for chunk in np.split(ids, bounds))
     if index_type == "IVF_FLAT":
         stored = np.stack(table["flat"].to_numpy(zero_copy_only=False))
-        np.testing.assert_allclose(stored, x, rtol=1e-5, atol=1e-6)
+        assert stored.dtype == np.dtype(dtype)
+        np.testing.assert_allclose(stored, x, rtol=1e-3 if dtype == "float16" else 1e-5, atol=1e-6)
     else:
         codebook = index_pb2.Tensor()
         codebook.ParseFromString(aux.global_buffer(2))
-        books = np.frombuffer(codebook.data, np.float32).reshape(4, 256, 4)
-        codes = pq.transpose_partitions(pq.encode(x - centroids[parts], books), np.array(ivf.lengths))
+        books = ivf.tensor_array(codebook).reshape(4, 256, 4)
+        codes = pq.transpose_partitions(pq.encode(x - centroids[parts], books), np.array(layout.lengths))
         stored = np.stack(table["__pq_code"].to_numpy(zero_copy_only=False))
         assert (stored == codes).mean() > 0.99
     # the manifest entries
@@ -300,7 +325,6 @@ def test_replace_drop_and_compaction(uri):
 
 def test_bad_input_raises_typed_errors_before_writing(uri):
     _write_with_pylance(uri, _vectors(200, dim=16))
-    table = pylance.dataset(uri).to_table()
     ds = lance.dataset(uri)
     cases = [
         (dict(column="nope", index_type="IVF_FLAT"), lance.ColumnNotFoundError, KeyError),
@@ -324,14 +348,21 @@ def test_bad_input_raises_typed_errors_before_writing(uri):
         with pytest.raises(ours) as raised:
             ds.create_index(**kwargs)
         assert isinstance(raised.value, builtin), kwargs
-    half = table.cast(pa.schema([f.with_type(pa.list_(pa.float16(), 16)) if f.name == "vec" else f
-                                 for f in table.schema]))
-    half_uri = uri + "-f16"
-    pylance.write_dataset(half, half_uri)
-    with pytest.raises(lance.UnsupportedFeatureError):
-        lance.dataset(half_uri).create_index("vec", "IVF_FLAT", num_partitions=2)
+    # integer vectors as pylance 14 refuses them: int8 not floating (TypeError), uint8 (hamming
+    # only) at training (ValueError); float16/float64 are built (test_float16_and_float64_vectors)
+    for value_type, ours, builtin in ((pa.int8(), lance.InvalidTypeError, TypeError),
+                                      (pa.uint8(), lance.InvalidInputError, ValueError)):
+        ints_uri = f"{uri}-{value_type}"
+        ints = np.random.default_rng(0).integers(0, 100, 300 * 16).astype(value_type.to_pandas_dtype())
+        pylance.write_dataset(pa.table({"vec": pa.FixedSizeListArray.from_arrays(pa.array(ints), 16)}), ints_uri)
+        for kind in ("IVF_FLAT", "IVF_PQ"):
+            with pytest.raises(ours) as raised:
+                lance.dataset(ints_uri).create_index("vec", kind, num_partitions=2, num_sub_vectors=4)
+            with pytest.raises(builtin):
+                pylance.dataset(ints_uri).create_index("vec", kind, num_partitions=2, num_sub_vectors=4)
+            assert isinstance(raised.value, builtin)
+        assert not os.path.exists(os.path.join(ints_uri, "_indices"))
     assert ds.latest_version == 2 and not os.path.exists(os.path.join(uri, "_indices"))
-    assert not os.path.exists(os.path.join(half_uri, "_indices"))
 
 
 @pytest.mark.parametrize(("index_type", "kwargs"), [

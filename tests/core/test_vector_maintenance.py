@@ -43,9 +43,10 @@ def _vectors(n: int, seed: int = 0) -> np.ndarray:
 VECTORS = _vectors(6000)
 
 
-def _table(start: int, stop: int) -> pa.Table:
+def _table(start: int, stop: int, dtype: str = "float32") -> pa.Table:
+    vectors = VECTORS[start:stop].astype(dtype)
     return pa.table({"id": np.arange(start, stop, dtype=np.int64),
-                     "vec": pa.FixedSizeListArray.from_arrays(pa.array(VECTORS[start:stop].reshape(-1)), DIM)})
+                     "vec": pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), DIM)})
 
 
 def _params(kind: str, partitions: int) -> dict:
@@ -306,28 +307,36 @@ def test_compaction_with_scalar_and_several_vector_indices(tmp_path, stable):
     assert pylance.dataset(ours).to_table(filter="id = 2500").num_rows == 1
 
 
-def test_float16_vector_index_compacts_but_is_not_optimized(tmp_path):
-    """pylance's IVF_FLAT on float16 vectors: our compaction remaps it (the stored vectors are
-    copied), optimize_indices leaves it alone (float32 only) and commits nothing."""
-    uri = str(tmp_path / "d")
-    half = VECTORS[:1200].astype(np.float16)
-    table = pa.table({"id": np.arange(1200), "vec": pa.FixedSizeListArray.from_arrays(pa.array(half.reshape(-1)), DIM)})
-    pylance.write_dataset(table.slice(0, 1000), uri, max_rows_per_file=250)
-    pylance.dataset(uri).create_index("vec", "IVF_FLAT", num_partitions=2)
-    pylance.write_dataset(table.slice(1000), uri, mode="append")
-    version = lance.dataset(uri).version
-    lance.dataset(uri).optimize_indices()
-    assert lance.dataset(uri).version == version
-    lance.dataset(uri).delete("id % 3 = 0")
-    metrics = lance.dataset(uri).optimize.compact_files(target_rows_per_fragment=100_000)
-    assert metrics.fragments_skipped_indexed == 0
-    [index] = pylance.dataset(uri).list_indices()
-    assert len(index["fragment_ids"]) == 1
-    live = _live(uri)
-    got = pylance.dataset(uri).to_table(nearest={"column": "vec", "q": VECTORS[4], "k": K, "nprobes": 2},
-                                        columns=["id"])["id"].to_numpy()
-    x = half[live].astype(np.float64)
-    assert got.tolist() == live[np.argsort(((x - half[4].astype(np.float64)) ** 2).sum(1), kind="stable")[:K]].tolist()
+WIDTHS = [("float16", "IVF_FLAT", "cosine", "pylance", None), ("float16", "IVF_PQ", "l2", "ours", 0),
+          ("float64", "IVF_PQ", "dot", "pylance", 1), ("float64", "IVF_FLAT", "l2", "ours", None)]
+
+
+@pytest.mark.parametrize(("dtype", "kind", "metric", "builder", "merge"), WIDTHS)
+def test_float16_and_float64_indices_are_optimized_and_compacted_as_pylance(tmp_path, dtype, kind, metric,
+                                                                             builder, merge):
+    """IVF indices on float16/float64 vectors (ours or pylance's): optimize_indices (a delta, a
+    merge, the default's join) and then compaction write what pylance 14 writes on a copy (vectors,
+    centroids and codebook in that type), and pylance's queries go through the index."""
+    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
+    pylance.write_dataset(_table(0, 2400, dtype), ours, max_rows_per_file=600)
+    (lance.dataset if builder == "ours" else pylance.dataset)(ours).create_index(
+        "vec", kind, metric=metric, **_params(kind, 2 if merge is not None else 4))
+    lance.dataset(ours).delete("id % 7 = 0")
+    lance.dataset(ours).insert(_table(2400, 2700, dtype))
+    shutil.copytree(ours, theirs)
+    lance.dataset(ours).optimize_indices(num_indices_to_merge=merge)
+    pylance.dataset(theirs).optimize.optimize_indices(num_indices_to_merge=merge)
+    mine = _segments(ours)
+    assert mine == _segments(theirs) and len(mine) == (2 if merge == 0 else 1)
+    aux = _load(lance.dataset(ours).store, user_indices(lance.dataset(ours).manifest_file)[-1])
+    assert aux.aux_schema.field(1).type.value_type == (pa.uint8() if kind == "IVF_PQ" else pa.from_numpy_dtype(dtype))
+    assert index_pb2.Tensor.DataType.Name(aux.index_message.centroids_tensor.data_type) == dtype.upper()
+    assert _uses_index(ours, metric, VECTORS[1].astype(dtype))
+    lance.dataset(ours).optimize.compact_files(target_rows_per_fragment=100_000)
+    pylance.dataset(theirs).optimize.compact_files(target_rows_per_fragment=100_000)
+    assert _segments(ours) == _segments(theirs)
+    for q in _vectors(5, seed=9).astype(dtype):
+        assert _knn(ours, q, metric, 4).tolist() == _knn(theirs, q, metric, 4).tolist()
 
 
 SPLIT_DIM = 8

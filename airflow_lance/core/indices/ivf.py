@@ -14,10 +14,14 @@ the codebook ``Tensor``. Schema metadata: ``distance_type`` (``l2``/``cosine``/`
 "codebook_tensor":[],"transposed":true}`` (PQ).
 
 ``index.idx``: no rows, one column ``__flat_marker`` (uint64, not null). Global buffer 1: an
-``IVF`` message with the centroids (``Tensor`` FLOAT32 ``[num_partitions, dim]``), zero
+``IVF`` message with the centroids (``Tensor`` ``[num_partitions, dim]``), zero
 offsets and lengths per partition and the k-means loss. Schema metadata: ``lance:index`` =
 ``{"type":"IVF_FLAT"|"IVF_PQ","distance_type":...}``, ``lance:ivf`` = "1", ``lance:flat`` = a
 JSON list of one empty string per partition.
+
+Vectors, centroids and the codebook are stored in the column's value type (float16, float32 or
+float64: ``flat``'s values and the ``Tensor``s' data type), as pylance 14 does; k-means and PQ
+run in float32 (float64 for float64 vectors) against the centroids and codebook as stored.
 
 Manifest: ``index_details`` ``/lance.index.pb.VectorIndexDetails`` (metric, ``flat`` or
 ``pq`` {num_bits, num_sub_vectors}, the build's runtime hints), ``index_version`` 1.
@@ -32,6 +36,7 @@ import numpy as np
 import pyarrow as pa
 
 from airflow_lance.core._proto import index_pb2
+from airflow_lance.core.errors import CorruptFileError
 from airflow_lance.core.indices import kmeans, pq
 from airflow_lance.core.indices.files import IndexFileData
 
@@ -52,18 +57,59 @@ class VectorIndexParams:
     num_bits: int = pq.NUM_BITS
     sample_rate: int = SAMPLE_RATE
     max_iters: int = kmeans.MAX_ITERS
+    value_type: str = "float32"  # the vector column's: float16, float32 or float64 (what the files store)
 
 
-def _tensor(array: np.ndarray) -> index_pb2.Tensor:
-    return index_pb2.Tensor(data_type=index_pb2.Tensor.FLOAT32, shape=list(array.shape),
-                            data=np.ascontiguousarray(array, dtype="<f4").tobytes())
+#: The vector value types indexed, each with its ``Tensor`` data type.
+TENSOR_TYPES = {"float16": index_pb2.Tensor.FLOAT16, "float32": index_pb2.Tensor.FLOAT32,
+                "float64": index_pb2.Tensor.FLOAT64}
+
+
+def compute_dtype(value_type: str) -> type[np.floating]:
+    """What k-means, PQ and the distances run in: float64 for float64 vectors, else float32
+    (float16 vectors are widened; what is stored is rounded back, see :func:`stored`)."""
+    return np.float64 if value_type == "float64" else np.float32
+
+
+def stored(array: np.ndarray, value_type: str) -> np.ndarray:
+    """``array`` rounded to ``value_type`` (as the files hold it), in the compute dtype: centroids and
+    codebooks are used as stored, so the codes and partitions match what pylance reads back."""
+    compute = compute_dtype(value_type)
+    if np.dtype(value_type) == compute:  # float32, float64: nothing to round
+        return np.asarray(array).astype(compute, copy=False)
+    return np.asarray(array).astype(value_type).astype(compute)
+
+
+def residuals(vectors: np.ndarray, centroids: np.ndarray, labels: np.ndarray, value_type: str) -> np.ndarray:
+    """What PQ quantizes for ``l2``/``cosine``: each vector minus its centroid, rounded to the
+    column's value type as Lance computes it (float16 in float16)."""
+    return stored(vectors - centroids[labels], value_type)
+
+
+def _tensor(array: np.ndarray, value_type: str = "float32") -> index_pb2.Tensor:
+    return index_pb2.Tensor(data_type=TENSOR_TYPES[value_type], shape=list(array.shape),
+                            data=np.ascontiguousarray(array, dtype=np.dtype(value_type).newbyteorder("<")).tobytes())
+
+
+def tensor_array(tensor: index_pb2.Tensor) -> np.ndarray:
+    """A float ``Tensor`` (centroids, a PQ codebook) as numpy in its compute dtype."""
+    names = {v: k for k, v in TENSOR_TYPES.items()}
+    if tensor.data_type not in names:
+        raise CorruptFileError(f"unsupported vector index tensor type {tensor.data_type}")
+    value_type = names[tensor.data_type]
+    array = np.frombuffer(tensor.data, np.dtype(value_type).newbyteorder("<")).reshape(tuple(tensor.shape))
+    return array.astype(compute_dtype(value_type))
+
+
+def tensor_value_type(tensor: index_pb2.Tensor) -> str:
+    return {v: k for k, v in TENSOR_TYPES.items()}[tensor.data_type]
 
 
 def _ivf(offsets: np.ndarray, lengths: np.ndarray, centroids: np.ndarray | None = None,
-         loss: float | None = None) -> bytes:
+         loss: float | None = None, value_type: str = "float32") -> bytes:
     message = index_pb2.IVF(offsets=offsets.tolist(), lengths=lengths.tolist())
     if centroids is not None:
-        message.centroids_tensor.CopyFrom(_tensor(centroids))
+        message.centroids_tensor.CopyFrom(_tensor(centroids, value_type))
     if loss is not None:
         message.loss = loss
     return message.SerializeToString()
@@ -90,9 +136,10 @@ def details(params: VectorIndexParams) -> bytes:
 
 def normalize(vectors: np.ndarray) -> np.ndarray:
     """Rows divided by their L2 norm, rounded as Lance does (the squares summed in float32 in
-    dimension order, bit-identical to the vectors pylance 14 stores)."""
-    vectors = np.asarray(vectors, np.float32)
-    squares = np.zeros(len(vectors), np.float32)
+    dimension order, bit-identical to the vectors pylance 14 stores; float64 vectors in float64)."""
+    dtype = np.float64 if np.asarray(vectors).dtype == np.float64 else np.float32
+    vectors = np.asarray(vectors, dtype)
+    squares = np.zeros(len(vectors), dtype)
     for column in range(vectors.shape[1]):  # one pass per dimension, each vectorised over rows
         squares += vectors[:, column] * vectors[:, column]
     norms = np.sqrt(squares)[:, None]
@@ -125,9 +172,10 @@ class EncodedPart:
     values: np.ndarray
 
 
-def prepare(vectors: np.ndarray, metric: str) -> np.ndarray:
-    """Vectors as indexed: L2-normalized for ``cosine``, else unchanged."""
-    return normalize(vectors) if metric == "cosine" else vectors
+def prepare(vectors: np.ndarray, metric: str, value_type: str = "float32") -> np.ndarray:
+    """Vectors as indexed: L2-normalized for ``cosine`` (rounded to ``value_type``, as stored),
+    else unchanged."""
+    return stored(normalize(vectors), value_type) if metric == "cosine" else vectors
 
 
 def _train_metric(params: VectorIndexParams) -> str:
@@ -149,12 +197,15 @@ def train(vectors: np.ndarray, params: VectorIndexParams, rng: np.random.Generat
         sample = vectors[np.sort(rng.choice(n, size=k * params.sample_rate, replace=False))]
     # dot: unit centroids, each its members' mean normalized (pylance 14's spherical k-means)
     centroids, _ = kmeans.train(sample, k, train_metric, rng, params.max_iters, spherical=params.metric == "dot")
+    centroids = stored(centroids, params.value_type)
     labels, dists = kmeans.assign(vectors, centroids, train_metric)
     codebooks = None
     if params.index_type == "IVF_PQ":
         assert params.num_sub_vectors is not None
-        residuals = vectors - centroids[labels] if pq.use_residual(params.metric) else vectors
-        codebooks = pq.train(residuals, params.num_sub_vectors, rng, params.num_bits, params.max_iters)
+        values = residuals(vectors, centroids, labels, params.value_type) if pq.use_residual(params.metric) \
+            else vectors
+        codebooks = stored(pq.train(values, params.num_sub_vectors, rng, params.num_bits, params.max_iters),
+                           params.value_type)
     return IvfModel(params, centroids, codebooks), labels, dists
 
 
@@ -165,14 +216,17 @@ def encode(vectors: np.ndarray, model: IvfModel, labels: np.ndarray | None = Non
         labels, dists = kmeans.assign(vectors, model.centroids, _train_metric(model.params))
     if model.codebooks is None:
         return EncodedPart(labels, float(dists.sum()), vectors)
-    residuals = vectors - model.centroids[labels] if pq.use_residual(model.params.metric) else vectors
-    return EncodedPart(labels, float(dists.sum()), pq.encode(residuals, model.codebooks))
+    params = model.params
+    values = residuals(vectors, model.centroids, labels, params.value_type) if pq.use_residual(params.metric) \
+        else vectors
+    return EncodedPart(labels, float(dists.sum()), pq.encode(values, model.codebooks))
 
 
 def build(vectors: np.ndarray, row_ids: np.ndarray, params: VectorIndexParams,
           rng: np.random.Generator) -> dict[str, IndexFileData]:
-    """The files of an IVF_FLAT/IVF_PQ over ``vectors`` (n x dim float32, finite) at ``row_ids``."""
-    vectors = prepare(vectors, params.metric)
+    """The files of an IVF_FLAT/IVF_PQ over ``vectors`` (n x dim, finite, in the
+    :func:`compute_dtype` of ``params.value_type``) at ``row_ids``."""
+    vectors = prepare(vectors, params.metric, params.value_type)
     model, labels, dists = train(vectors, params, rng)
     return assemble(model, encode(vectors, model, labels, dists), row_ids)
 
@@ -188,8 +242,9 @@ def assemble(model: IvfModel, part: EncodedPart, row_ids: np.ndarray) -> dict[st
     ids = pa.array(np.asarray(row_ids, np.uint64)[order], pa.uint64())
     global_buffers = [_ivf(offsets, lengths)]
     if params.index_type == "IVF_FLAT":
-        column = pa.field("flat", pa.list_(pa.float32(), dim), nullable=False)
-        values = _fsl(part.values[order], dim, pa.float32())
+        value_type = pa.from_numpy_dtype(np.dtype(params.value_type))
+        column = pa.field("flat", pa.list_(value_type, dim), nullable=False)
+        values = _fsl(part.values[order].astype(params.value_type, copy=False), dim, value_type)
         storage = {"dim": dim}
     else:
         m = params.num_sub_vectors
@@ -197,7 +252,7 @@ def assemble(model: IvfModel, part: EncodedPart, row_ids: np.ndarray) -> dict[st
         codes = pq.transpose_partitions(part.values[order], lengths)
         column = pa.field("__pq_code", pa.list_(pa.uint8(), m))
         values = _fsl(codes, m, pa.uint8())
-        global_buffers.append(_tensor(pq.codebook_matrix(model.codebooks)).SerializeToString())
+        global_buffers.append(_tensor(pq.codebook_matrix(model.codebooks), params.value_type).SerializeToString())
         storage = {"codebook_position": 2, "nbits": params.num_bits, "num_sub_vectors": m, "dimension": dim,
                    "codebook_tensor": [], "transposed": True}
     auxiliary = pa.table([ids, values], schema=pa.schema([pa.field("_rowid", pa.uint64()), column]))
@@ -215,5 +270,6 @@ def assemble(model: IvfModel, part: EncodedPart, row_ids: np.ndarray) -> dict[st
     zeros = np.zeros(k, np.uint64)
     return {
         AUXILIARY_NAME: IndexFileData(auxiliary, aux_metadata, global_buffers),
-        INDEX_NAME: IndexFileData(marker, index_metadata, [_ivf(zeros, zeros.astype(np.uint32), centroids, loss)]),
+        INDEX_NAME: IndexFileData(marker, index_metadata, [_ivf(zeros, zeros.astype(np.uint32), centroids, loss,
+                                                                   params.value_type)]),
     }

@@ -1,5 +1,8 @@
 """``create_index``: build an IVF_FLAT or IVF_PQ vector index and commit a ``CreateIndex``.
 
+On float16, float32 or float64 vectors; the files store them (and the centroids, the codebook)
+in the column's type, as pylance 14 (:mod:`.ivf`).
+
 pylance 14's names and defaults: ``metric`` "L2" (also "euclidean"), "cosine" or "dot";
 ``replace`` False; ``num_partitions`` default ``num_rows // target_partition_size`` in
 [1, 4096] (target 4096 rows for IVF_FLAT, 8192 for IVF_PQ); ``num_sub_vectors`` required for IVF_PQ;
@@ -56,12 +59,21 @@ _DEFAULTS: dict[str, Any] = {
 }
 
 
-def _positive_int(name: str, value: Any) -> int:
+def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise InvalidTypeError(f"{name} must be int, got {type(value)}")
-    if value < 1:
-        raise InvalidInputError(f"{name} must be a positive integer, got {value}")
+    if value < minimum:
+        raise InvalidInputError(f"{name} must be a {'positive' if minimum else 'non-negative'} integer, got {value}")
     return int(value)
+
+
+def check_training(params: ivf.VectorIndexParams) -> None:
+    """pylance 14 records ``sample_rate``/``max_iters`` of 0 without training (``train=False``) and
+    refuses them when it trains (a build, ``optimize_indices`` building an empty index), with this message."""
+    if params.sample_rate < 1 or params.max_iters < 1:
+        raise InvalidInputError("Invalid user input: sample_rate must be positive and max_iters must be in "
+                                f"1..=4294967295, got sample_rate={params.sample_rate} and "
+                                f"max_iters={params.max_iters}")
 
 
 def _column(dataset: LanceDataset, column: Any) -> tuple[str, int, int]:
@@ -76,13 +88,19 @@ def _column(dataset: LanceDataset, column: Any) -> tuple[str, int, int]:
     dtype = dataset.schema.field(column).type
     if not pa.types.is_fixed_size_list(dtype):
         raise InvalidTypeError(f"Vector column {column} must be FixedSizeListArray, got {dtype}")
-    if not pa.types.is_floating(dtype.value_type):
+    if not pa.types.is_floating(dtype.value_type) and not pa.types.is_uint8(dtype.value_type):
         raise InvalidTypeError(f"Vector column {column} must have floating value type, got {dtype.value_type}")
-    if not pa.types.is_float32(dtype.value_type):
-        raise UnsupportedFeatureError(f"vector indices on {dtype.value_type} vectors are not supported yet "
-                                      "(supported: float32)")
     field_id = next(f.id for f in dataset.lance_schema.top_level() if f.name == column)
     return column, field_id, dtype.list_size
+
+
+def _value_type(dataset: LanceDataset, column: str, metric: str) -> str:
+    """The vector values' type (float16, float32 or float64). pylance 14 takes uint8 vectors for the
+    hamming metric only, refusing them at training for the others."""
+    value_type = dataset.schema.field(column).type.value_type
+    if pa.types.is_uint8(value_type):  # hamming is refused in _params
+        raise InvalidInputError(f"Invalid user input: Unsupported training sample type UInt8 with metric {metric}")
+    return str(value_type.to_pandas_dtype().__name__)
 
 
 def _params(dataset: LanceDataset, index_type: Any, metric: Any, num_partitions: Any, num_sub_vectors: Any,
@@ -102,8 +120,8 @@ def _params(dataset: LanceDataset, index_type: Any, metric: Any, num_partitions:
         raise UnsupportedFeatureError("the hamming metric is not supported yet (supported: l2, cosine, dot)")
     extra = dict(kwargs)
     num_bits = _positive_int("num_bits", extra.pop("num_bits", 8))
-    sample_rate = _positive_int("sample_rate", extra.pop("sample_rate", ivf.SAMPLE_RATE))
-    max_iters = _positive_int("max_iters", extra.pop("max_iters", 50))
+    sample_rate = _positive_int("sample_rate", extra.pop("sample_rate", ivf.SAMPLE_RATE), 0)
+    max_iters = _positive_int("max_iters", extra.pop("max_iters", 50), 0)
     for key, value in extra.items():
         if key not in _DEFAULTS:
             raise InvalidInputError(f"create_index got an unexpected argument {key!r}")
@@ -134,8 +152,9 @@ def _params(dataset: LanceDataset, index_type: Any, metric: Any, num_partitions:
 
 def read_vectors(current: LanceDataset, column: str, dim: int, fragment_ids: list[int] | None = None
                  ) -> tuple[np.ndarray, np.ndarray, list[int]]:
-    """The finite, non-null vectors of ``column`` with their row ids, and the fragments read
-    (``fragment_ids``, default every fragment)."""
+    """The finite, non-null vectors of ``column`` (in :func:`ivf.compute_dtype`: float64 vectors as
+    float64, else float32) with their row ids, and the fragments read (``fragment_ids``, default
+    every fragment)."""
     fragments = [f.id for f in current._fragments]
     if fragment_ids is None:
         table = current.scanner(columns=[column], with_row_id=True).to_table()
@@ -148,8 +167,8 @@ def read_vectors(current: LanceDataset, column: str, dim: int, fragment_ids: lis
     valid = values.is_valid()
     ids = table.column("_rowid").combine_chunks().filter(valid)
     values = values.filter(valid)
-    flat = pc.list_flatten(values).to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
-    vectors = flat.reshape(len(values), dim)
+    flat = pc.list_flatten(values).to_numpy(zero_copy_only=False)
+    vectors = flat.astype(ivf.compute_dtype(flat.dtype.name), copy=False).reshape(len(values), dim)
     finite = np.isfinite(vectors).all(axis=1)
     return vectors[finite], ids.to_numpy(zero_copy_only=False).astype(np.uint64)[finite], fragments
 
@@ -222,6 +241,7 @@ def build_vector_index(current: LanceDataset, column: str, field_id: int, dim: i
     vectors, row_ids, fragments = read_vectors(current, column, dim)
     if trains_nothing(params, current.count_rows(), len(vectors)):
         return empty_vector_index(current, field_id, name, params), 0
+    check_training(params)
     params = cap_partitions(params, len(vectors))
     files = ivf.build(vectors, row_ids, params, np.random.default_rng(seed))
     return write_vector_index(current, field_id, name, params, files, fragments), len(row_ids)
@@ -238,6 +258,7 @@ def check_vector_index(dataset: LanceDataset, column: Any, index_type: str, name
     column, field_id, dim = _column(dataset, column)
     params = _params(dataset, index_type, metric, num_partitions, num_sub_vectors, target_partition_size, dim,
                      kwargs, train)
+    params = dataclasses.replace(params, value_type=_value_type(dataset, column, params.metric))
     if name is not None and (not isinstance(name, str) or not name):
         raise InvalidInputError(f"name must be a non-empty string, not {name!r}")
     resolve_name(dataset, column, field_id, params.index_type, name, replace, ivf.TYPE_URL)
@@ -251,9 +272,11 @@ def _check_rows(dataset: LanceDataset, column: str, dim: int, params: ivf.Vector
     null or not finite cannot train IVF (InvalidInputError, as pylance 14). No rows at all, or
     too few vectors for PQ, give an empty index instead (:func:`trains_nothing`)."""
     rows = dataset.count_rows()
-    if 0 < rows < 2 ** params.num_bits:  # only then are the few rows read up front
+    untrainable = params.sample_rate < 1 or params.max_iters < 1  # refused only where it trains (pylance 14)
+    if 0 < rows < 2 ** params.num_bits or (untrainable and rows):  # only then are the rows read up front
         vectors, _, _ = read_vectors(dataset, column, dim)
         if not trains_nothing(params, rows, len(vectors)):
+            check_training(params)
             cap_partitions(params, len(vectors))
 
 
@@ -265,12 +288,13 @@ def create_index(
     """Build an IVF_FLAT or IVF_PQ index on ``column`` and commit it; the handle moves to the new version.
 
     Raises before writing anything: ColumnNotFoundError (KeyError); InvalidTypeError
-    (TypeError) for a column that is no fixed-size list of floats or a non-int count;
+    (TypeError) for a column that is no fixed-size list of floats (float16, float32, float64; uint8 is
+    an InvalidInputError, as pylance 14 refuses it at training) or a non-int count;
     InvalidInputError (ValueError) for an unknown metric, a ``num_partitions`` /
     ``num_sub_vectors`` below 1 or not dividing the dimension, live rows without one finite
     vector; on a dataset without rows (IVF_PQ: fewer than 256 finite vectors) an empty index is
     committed, as pylance 14 (:func:`empty_vector_index`; ``optimize_indices`` builds it later);
-    UnsupportedFeatureError (NotImplementedError) for other index types, float16/float64 vectors, the hamming metric, ``num_bits`` other than 8
+    UnsupportedFeatureError (NotImplementedError) for other index types, the hamming metric, ``num_bits`` other than 8
     and pylance arguments not implemented here (given at other than their defaults);
     IndexExistsError (RuntimeError) for a taken name without ``replace``.
     ``train=False`` (pylance 14): the empty index (:func:`empty_vector_index`) whatever the rows.

@@ -83,7 +83,7 @@ class _Segment:
 
     labels: np.ndarray
     ids: np.ndarray
-    payload: np.ndarray  # n x dim float32 (flat) or n x m uint8 (PQ codes)
+    payload: np.ndarray  # n x dim vectors as stored (flat) or n x m uint8 (PQ codes)
     centroids: np.ndarray
     aux_metadata: dict[str, str]
     aux_buffers: list[bytes]
@@ -109,7 +109,7 @@ def _load(store, index: table_pb2.IndexMetadata, rows: bool = True) -> _Segment:
     model = index_pb2.IVF()
     model.ParseFromString(index_buffers[int(index_metadata.get("lance:ivf", "1")) - 1])
     tensor = model.centroids_tensor
-    centroids = np.frombuffer(tensor.data, "<f4").reshape(tuple(tensor.shape)).astype(np.float32)
+    centroids = ivf.tensor_array(tensor)  # in the compute dtype (float64 for float64 vectors, else float32)
     lengths = np.asarray(part.lengths, np.int64)
     column = table.schema.names[1]
     values = table.column(column).combine_chunks()
@@ -121,27 +121,33 @@ def _load(store, index: table_pb2.IndexMetadata, rows: bool = True) -> _Segment:
                     centroids, aux_metadata, aux_buffers, index_metadata, model, table.schema)
 
 
+def _value_type(segment: _Segment) -> str:
+    """The vectors' value type (float16, float32 or float64): its centroids' tensor type."""
+    return ivf.tensor_value_type(segment.index_message.centroids_tensor)
+
+
 def _codebooks(segment: _Segment, m: int) -> np.ndarray:
     tensor = index_pb2.Tensor()
     tensor.ParseFromString(segment.aux_buffers[1])
-    matrix = np.frombuffer(tensor.data, "<f4").reshape(tuple(tensor.shape))
+    matrix = ivf.tensor_array(tensor)
     k, dim = matrix.shape
-    return matrix.reshape(-1).reshape(m, k, dim // m).astype(np.float32)
+    return matrix.reshape(-1).reshape(m, k, dim // m)
 
 
 def _new_rows(current: LanceDataset, column: str, fragment_ids: Sequence[int], dim: int
               ) -> tuple[np.ndarray, np.ndarray]:
-    """(finite non-null vectors, their row ids) of ``fragment_ids``, in scan order."""
+    """(finite non-null vectors in :func:`ivf.compute_dtype`, their row ids) of ``fragment_ids``, in scan order."""
     if not fragment_ids:
-        return np.zeros((0, dim), np.float32), np.zeros(0, np.uint64)
+        value_type = current.schema.field(column).type.value_type.to_pandas_dtype().__name__
+        return np.zeros((0, dim), ivf.compute_dtype(value_type)), np.zeros(0, np.uint64)
     table = current.scanner(columns=[column], with_row_id=True,
                             fragments=[current.get_fragment(i) for i in fragment_ids]).to_table()
     values = table.column(column).combine_chunks()
     valid = values.is_valid()
     ids = table.column("_rowid").combine_chunks().filter(valid).to_numpy(zero_copy_only=False).astype(np.uint64)
     values = values.filter(valid)
-    vectors = pc.list_flatten(values).to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
-    vectors = vectors.reshape(len(values), dim)
+    flat = pc.list_flatten(values).to_numpy(zero_copy_only=False)
+    vectors = flat.astype(ivf.compute_dtype(flat.dtype.name), copy=False).reshape(len(values), dim)
     finite = np.isfinite(vectors).all(axis=1)
     return vectors[finite], ids[finite]
 
@@ -158,23 +164,23 @@ def _row_ids(current: LanceDataset, fragment_ids: Sequence[int]) -> np.ndarray:
 def _encode(segment: _Segment, details: index_pb2.VectorIndexDetails, metric: str, vectors: np.ndarray
             ) -> tuple[np.ndarray, np.ndarray, float]:
     """(partition, payload, loss) of new rows against the segment's centroids and codebook."""
-    if metric == "cosine":
-        vectors = ivf.normalize(vectors)
+    value_type = _value_type(segment)
+    vectors = ivf.prepare(vectors, metric, value_type)
     if not len(vectors):
         width = details.pq.num_sub_vectors if details.WhichOneof("compression") == "pq" else vectors.shape[1]
-        dtype = np.uint8 if details.WhichOneof("compression") == "pq" else np.float32
+        dtype = np.uint8 if details.WhichOneof("compression") == "pq" else vectors.dtype
         return np.zeros(0, np.int64), np.zeros((0, width), dtype), 0.0
     labels, dists = kmeans.assign(vectors, segment.centroids, "dot" if metric == "dot" else "l2")
     loss = float(np.asarray(dists, np.float64).sum())
     if details.WhichOneof("compression") != "pq":
-        return labels, vectors.astype(np.float32, copy=False), loss
+        return labels, vectors, loss
     m = details.pq.num_sub_vectors
     codebooks = _codebooks(segment, m)
     if not pq.use_residual(metric):
         # pylance 14 encodes the rows it adds to a dot index by inner product (its build: by l2)
         codes, _ = kmeans.assign_batched(pq._split(vectors, m), codebooks, "dot")
         return labels, np.ascontiguousarray(codes.T, dtype=np.uint8), loss
-    return labels, pq.encode(vectors - segment.centroids[labels], codebooks), loss
+    return labels, pq.encode(ivf.residuals(vectors, segment.centroids, labels, value_type), codebooks), loss
 
 
 def _files(base: _Segment, labels: np.ndarray, ids: np.ndarray, payload: np.ndarray, loss: float,
@@ -188,8 +194,9 @@ def _files(base: _Segment, labels: np.ndarray, ids: np.ndarray, payload: np.ndar
         data = pq.transpose_partitions(payload[order], lengths)
     else:
         data = payload[order]
-    values = pa.FixedSizeListArray.from_arrays(pa.array(data.reshape(-1), column.type.value_type),
-                                               column.type.list_size)
+    value_type = column.type.value_type  # flat: the stored vectors' type (float16/32/64)
+    data = data.astype(value_type.to_pandas_dtype(), copy=False)
+    values = pa.FixedSizeListArray.from_arrays(pa.array(data.reshape(-1), value_type), column.type.list_size)
     auxiliary = pa.Table.from_arrays([pa.array(np.asarray(ids, np.uint64)[order], pa.uint64()), values],
                                      schema=base.aux_schema.remove_metadata())
     aux_buffers = list(base.aux_buffers)
@@ -199,7 +206,7 @@ def _files(base: _Segment, labels: np.ndarray, ids: np.ndarray, payload: np.ndar
     model.loss = loss
     index_metadata = base.index_metadata
     if centroids is not None:  # partitions joined: fewer centroids
-        model.centroids_tensor.CopyFrom(ivf._tensor(centroids))
+        model.centroids_tensor.CopyFrom(ivf._tensor(centroids, _value_type(base)))
         del model.offsets[:]
         del model.lengths[:]
         model.offsets.extend([0] * k)
@@ -223,7 +230,8 @@ def _retrain(current: LanceDataset, column: str, field_id: int, dim: int,
     params = ivf.VectorIndexParams(
         kind, _metric(details), partitions,
         details.pq.num_sub_vectors if is_pq else None, details.pq.num_bits if is_pq else pq.NUM_BITS,
-        int(hints.get("lance.ivf.sample_rate", ivf.SAMPLE_RATE)), int(hints.get("lance.ivf.max_iters", 50)))
+        int(hints.get("lance.ivf.sample_rate", ivf.SAMPLE_RATE)), int(hints.get("lance.ivf.max_iters", 50)),
+        current.schema.field(column).type.value_type.to_pandas_dtype().__name__)
     return build_vector_index(current, column, field_id, dim, params, name)[0]
 
 
@@ -295,11 +303,9 @@ def _join(current: LanceDataset, column: str, segments: Sequence[table_pb2.Index
     all_vectors, all_ids = _new_rows(current, column, live_fragments, old.shape[1])
     order = np.argsort(all_ids)
     all_ids, all_vectors = all_ids[order], all_vectors[order]
-    if metric == "cosine":
-        all_vectors = ivf.normalize(all_vectors)
+    all_vectors = ivf.prepare(all_vectors, metric, _value_type(base))
     stored, added = parts[:-1], parts[-1]
-    if metric == "cosine":
-        new_vectors = ivf.normalize(new_vectors)
+    new_vectors = ivf.prepare(new_vectors, metric, _value_type(base))
     size = counts.astype(np.int64).copy()
     alive = np.ones(k, bool)
     # moved rows by the partition they come from: (ids, vectors, current partition)
@@ -377,10 +383,10 @@ def _payload(base: _Segment, details: index_pb2.VectorIndexDetails, metric: str,
              labels: np.ndarray, centroids: np.ndarray) -> np.ndarray:
     """Stored form of (already normalized for cosine) ``vectors`` in partitions ``labels``."""
     if details.WhichOneof("compression") != "pq":
-        return vectors.astype(np.float32, copy=False)
+        return vectors
     m = details.pq.num_sub_vectors
     if pq.use_residual(metric):
-        return pq.encode(vectors - centroids[labels], _codebooks(base, m))
+        return pq.encode(ivf.residuals(vectors, centroids, labels, _value_type(base)), _codebooks(base, m))
     codes, _ = kmeans.assign_batched(pq._split(vectors, m), _codebooks(base, m), "dot")
     return np.ascontiguousarray(codes.T, dtype=np.uint8)
 
@@ -406,8 +412,7 @@ def _split(current: LanceDataset, column: str, segments: Sequence[table_pb2.Inde
     all_vectors, all_ids = _new_rows(current, column, sorted(f.id for f in current._fragments), old.shape[1])
     order = np.argsort(all_ids)
     all_ids, all_vectors = all_ids[order], all_vectors[order]
-    if metric == "cosine":
-        all_vectors = ivf.normalize(all_vectors)
+    all_vectors = ivf.prepare(all_vectors, metric, _value_type(base))
 
     def live(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(positions in the parts, row ids, vectors) of the live rows under ``mask``, by row id."""
@@ -418,6 +423,7 @@ def _split(current: LanceDataset, column: str, segments: Sequence[table_pb2.Inde
         return where[found], ids[where[found]], all_vectors[pos[found]]
 
     rng = np.random.default_rng()
+    value_type = _value_type(base)
     centroids = [old.copy()]
     new_of: dict[int, np.ndarray] = {}
     for p, ways in sorted(large.items()):
@@ -428,12 +434,12 @@ def _split(current: LanceDataset, column: str, segments: Sequence[table_pb2.Inde
             sample = vectors[np.sort(rng.choice(len(vectors), ways * SPLIT_SAMPLE_PER_CENTROID, replace=False))]
         # dot: unit centroids, pylance 14's spherical k-means (as at build)
         trained, _ = kmeans.train(sample, ways, train_metric, rng, spherical=train_metric == "dot")
-        trained = trained.astype(np.float32)
+        trained = ivf.stored(trained, value_type)  # as the files hold them
         centroids[0][p] = trained[0]
         start = sum(len(c) for c in centroids)
         centroids.append(trained[1:])
         new_of[p] = np.concatenate([[p], np.arange(start, start + ways - 1)])
-    centroids = np.concatenate(centroids).astype(np.float32)
+    centroids = np.concatenate(centroids)
     drop = np.zeros(labels.size, bool)
     out_labels, out_ids, out_vectors = [], [], []
     neighbours: dict[int, list[int]] = {}
@@ -474,9 +480,9 @@ def _split(current: LanceDataset, column: str, segments: Sequence[table_pb2.Inde
 
 
 def can_optimize(current: LanceDataset, column: str, segments: Sequence[table_pb2.IndexMetadata]) -> bool:
-    """IVF_FLAT/IVF_PQ segments in the layout read here, on a float32 vector column."""
+    """IVF_FLAT/IVF_PQ segments in the layout read here, on a float16/32/64 vector column."""
     dtype = current.schema.field(column).type if column in current.schema.names else None
-    if dtype is None or not pa.types.is_fixed_size_list(dtype) or not pa.types.is_float32(dtype.value_type):
+    if dtype is None or not pa.types.is_fixed_size_list(dtype) or not pa.types.is_floating(dtype.value_type):
         return False
     if all(is_empty_index(s) for s in segments):  # pylance's empty index: built in full (:func:`optimize_vector_index`)
         return all(_details(s).WhichOneof("compression") in ("flat", "pq") for s in segments)
@@ -498,7 +504,7 @@ def optimize_vector_index(current: LanceDataset, name: str, column: str, field_i
                           ) -> tuple[table_pb2.IndexMetadata | None, list[table_pb2.IndexMetadata]]:
     """(new segment or None, segments it replaces) for the IVF index ``name``."""
     if not can_optimize(current, column, segments):
-        log.info("optimize_indices leaves index %r alone: not an IVF_FLAT/IVF_PQ index on float32 vectors", name)
+        log.info("optimize_indices leaves index %r alone: not an IVF_FLAT/IVF_PQ index on float vectors", name)
         return None, []
     details = index_pb2.VectorIndexDetails()
     details.ParseFromString(segments[0].index_details.value)

@@ -25,10 +25,10 @@ from lance_airflow_testing import SparkSubmitSpy, connection_env, load_dag, task
 N, DIM = 4000, 16
 
 
-def _table(n: int = N) -> pa.Table:
+def _table(n: int = N, dtype: str = "float32") -> pa.Table:
     rng = np.random.default_rng(7)
     centers = rng.normal(scale=4, size=(8, DIM))
-    vectors = (centers[rng.integers(0, 8, n)] + rng.normal(size=(n, DIM))).astype(np.float32)
+    vectors = (centers[rng.integers(0, 8, n)] + rng.normal(size=(n, DIM))).astype(dtype)
     return pa.table({
         "id": pa.array(rng.permutation(n), pa.int64()),
         "label": pa.array([f"l{i % 13}" for i in range(n)]),
@@ -37,8 +37,8 @@ def _table(n: int = N) -> pa.Table:
     })
 
 
-def _dataset(path: pathlib.Path) -> None:
-    ds = pylance.write_dataset(_table(), str(path), max_rows_per_file=1000)
+def _dataset(path: pathlib.Path, dtype: str = "float32") -> None:
+    ds = pylance.write_dataset(_table(dtype=dtype), str(path), max_rows_per_file=1000)
     ds.delete("id % 97 = 5")
 
 
@@ -107,7 +107,8 @@ def _recall(uri: str, queries: np.ndarray, k: int = 10, metric: str = "l2") -> f
     for query in queries:  # one pylance search per query
         distances = -(unit @ query) if metric == "cosine" else ((vectors - query) ** 2).sum(axis=1)
         exact = set(ids[np.argsort(distances)[:k]].tolist())
-        found = ds.to_table(columns=["id"], nearest={"column": "vec", "q": query, "k": k, "nprobes": 4})
+        found = ds.to_table(columns=["id"], nearest={"column": "vec", "q": query.astype(vectors.dtype), "k": k,
+                                                     "nprobes": 4})
         hits += len(exact & set(found.column("id").to_pylist()))
     return hits / (k * len(queries))
 
@@ -237,7 +238,7 @@ def test_bad_input_fails_before_anything_is_written(run: IndexRun, task_id: str,
 
 @pytest.mark.slow
 def test_more_index_types_and_a_failing_spark_job(tmp_path: pathlib.Path, spark_submit_spy: SparkSubmitSpy) -> None:
-    _dataset(tmp_path / "local.lance")
+    _dataset(tmp_path / "local.lance", "float16")  # the IVF_FLAT on float16 vectors (stored as float16)
     for name in ("spark", "broken"):
         shutil.copytree(tmp_path / "local.lance", tmp_path / f"{name}.lance")
     next((tmp_path / "broken.lance" / "data").iterdir()).unlink()
@@ -263,6 +264,9 @@ def test_more_index_types_and_a_failing_spark_job(tmp_path: pathlib.Path, spark_
     queries = np.random.default_rng(3).normal(scale=4, size=(40, DIM))
     ours, theirs = (_recall(str(tmp_path / f"{mode}.lance"), queries, metric="cosine") for mode in ("spark", "local"))
     assert ours > 0.8 and abs(ours - theirs) <= 0.05, (ours, theirs)
+    for mode in ("spark", "local"):
+        assert _index_file(str(tmp_path / f"{mode}.lance"), "vec_idx", "auxiliary.idx").schema.field(
+            "flat").type.value_type == pa.float16()
     assert tis["spark_fails"].state == "failed"
     failure = json.loads((tmp_path / "failures" / "spark_fails.json").read_text())
     assert failure["type"] == "LanceSparkJobError" and "nothing was committed" in failure["message"]
