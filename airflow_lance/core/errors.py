@@ -143,6 +143,11 @@ class IndexExistsError(LanceError, RuntimeError):
     """An index of that name exists and ``replace`` is False (pylance 14: ``RuntimeError``)."""
 
 
+class IndexParamsError(InvalidInputError, RuntimeError):
+    """Vector index parameters pylance 14 refuses when it trains (``RuntimeError``), e.g. PQ
+    ``num_bits`` other than 4 or 8, or an odd ``num_sub_vectors`` with ``num_bits`` 4."""
+
+
 class ColumnNotFoundError(InvalidInputError, KeyError):
     """A column name the schema does not have (pylance's ``create_scalar_index``: ``KeyError``)."""
 

@@ -6,12 +6,13 @@ Two Lance files under ``_indices/{uuid}/``:
 partition in scan order): ``_rowid`` (uint64, the row id: the row address unless the dataset
 has stable row ids) and ``flat`` (``fixed_size_list<float>[dim]`` not null, the vector,
 L2-normalized for ``cosine``) or ``__pq_code`` (``fixed_size_list<uint8>[num_sub_vectors]``,
-each partition's codes transposed, see :mod:`.pq`). Global buffer 1: an ``IVF`` message with
+``[num_sub_vectors / 2]`` with ``num_bits`` 4: two codes a byte; each partition's codes
+transposed, see :mod:`.pq`). Global buffer 1: an ``IVF`` message with
 the partitions' ``offsets``/``lengths`` in this file and no centroids; for PQ global buffer 2:
 the codebook ``Tensor``. Schema metadata: ``distance_type`` (``l2``/``cosine``/``dot``),
 ``lance:ivf`` = "1", ``storage_metadata`` = a JSON list with one JSON string: ``{"dim":D}``
 (flat) or ``{"codebook_position":2,"nbits":8,"num_sub_vectors":M,"dimension":D,
-"codebook_tensor":[],"transposed":true}`` (PQ).
+"codebook_tensor":[],"transposed":true}`` (PQ; ``"nbits":4`` for 4-bit codes).
 
 ``index.idx``: no rows, one column ``__flat_marker`` (uint64, not null). Global buffer 1: an
 ``IVF`` message with the centroids (``Tensor`` ``[num_partitions, dim]``), zero
@@ -249,9 +250,10 @@ def assemble(model: IvfModel, part: EncodedPart, row_ids: np.ndarray) -> dict[st
     else:
         m = params.num_sub_vectors
         assert m is not None and model.codebooks is not None
-        codes = pq.transpose_partitions(part.values[order], lengths)
-        column = pa.field("__pq_code", pa.list_(pa.uint8(), m))
-        values = _fsl(codes, m, pa.uint8())
+        width = pq.code_width(m, params.num_bits)
+        codes = pq.transpose_partitions(pq.pack(part.values[order], params.num_bits), lengths)
+        column = pa.field("__pq_code", pa.list_(pa.uint8(), width))
+        values = _fsl(codes, width, pa.uint8())
         global_buffers.append(_tensor(pq.codebook_matrix(model.codebooks), params.value_type).SerializeToString())
         storage = {"codebook_position": 2, "nbits": params.num_bits, "num_sub_vectors": m, "dimension": dim,
                    "codebook_tensor": [], "transposed": True}

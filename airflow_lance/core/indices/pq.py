@@ -3,16 +3,25 @@
 Vectors are cut into ``num_sub_vectors`` equal slices; each slice gets its own codebook of
 ``2**num_bits`` centroids trained by L2 k-means (:mod:`.kmeans`) on a sample of
 ``sample_rate * 2**num_bits`` rows, and a vector's code is the nearest codeword per slice
-(one byte each for 8 bits). For ``l2`` and ``cosine`` Lance quantizes the residual (the vector,
+(one byte each for 8 bits; for 4 bits two codes per byte, see :func:`pack`). For ``l2`` and ``cosine`` Lance quantizes the residual (the vector,
 normalized for cosine, minus its IVF centroid); for ``dot`` the vector itself.
 
 The codebook is a ``Tensor`` of shape ``[2**num_bits, dimension]`` whose data is the slices'
 codebooks one after the other (``num_sub_vectors`` blocks of ``2**num_bits x sub_dim``).
 In ``auxiliary.idx`` each partition's codes are stored transposed: the ``__pq_code`` values of
 the partition's ``n`` rows, read as one buffer, are ``codes.T`` (slice-major).
+
+With ``num_bits`` 4 (pylance 14, Lance's ``ProductQuantizer::transform_impl::<4>``): 16
+codewords per slice (the codebook ``Tensor`` is ``[16, dimension]``, same block order); a row's
+codes are packed two per byte, byte ``j`` = ``code[2j] | code[2j+1] << 4`` (``__pq_code`` is
+``fixed_size_list<uint8>[num_sub_vectors / 2]``, ``num_sub_vectors`` must be even), and the
+packed bytes are transposed per partition as above (``bytes.T``, ``num_sub_vectors / 2`` rows of
+``n`` bytes). Decoded from pylance 14's files: this is what it writes and reads.
 """
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 
@@ -48,6 +57,37 @@ def encode(vectors: np.ndarray, codebooks: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(labels.T, dtype=np.uint8)
 
 
+def code_width(num_sub_vectors: int, num_bits: int) -> int:
+    """Bytes per row in ``__pq_code``: ``num_sub_vectors`` (8 bits) or half of it (4 bits)."""
+    return num_sub_vectors * num_bits // 8
+
+
+def pack(codes: np.ndarray, num_bits: int) -> np.ndarray:
+    """Codes (n x m) -> the bytes Lance stores per row (n x :func:`code_width`)."""
+    if num_bits == 8:
+        return codes
+    codes = np.asarray(codes, np.uint8)
+    return np.ascontiguousarray(codes[:, 0::2] | (codes[:, 1::2] << 4), dtype=np.uint8)
+
+
+def unpack(data: np.ndarray, num_bits: int) -> np.ndarray:
+    """Inverse of :func:`pack`: stored bytes per row -> codes (n x m)."""
+    if num_bits == 8:
+        return data
+    out = np.empty((data.shape[0], data.shape[1] * 2), np.uint8)
+    out[:, 0::2] = data & 0x0F
+    out[:, 1::2] = data >> 4
+    return out
+
+
+def storage_num_bits(aux_metadata: dict[str, str]) -> int:
+    """``nbits`` of a PQ ``auxiliary.idx`` (its ``storage_metadata``; 8 if absent)."""
+    try:
+        return int(json.loads(json.loads(aux_metadata["storage_metadata"])[0]).get("nbits", NUM_BITS))
+    except (KeyError, IndexError, TypeError, ValueError):
+        return NUM_BITS
+
+
 def codebook_matrix(codebooks: np.ndarray) -> np.ndarray:
     """The codebook as Lance's tensor data: ``2**num_bits x dimension`` with the slices' blocks in sequence."""
     m, k, sub = codebooks.shape
@@ -55,7 +95,7 @@ def codebook_matrix(codebooks: np.ndarray) -> np.ndarray:
 
 
 def transpose_partitions(codes: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Codes of rows sorted by partition (n x m) -> the same shape, each partition's block transposed."""
+    """Bytes of rows sorted by partition (n x w) -> the same shape, each partition's block transposed."""
     m = codes.shape[1]
     flat = np.empty(codes.size, np.uint8)
     start = 0

@@ -6,10 +6,11 @@ in the column's type, as pylance 14 (:mod:`.ivf`).
 pylance 14's names and defaults: ``metric`` "L2" (also "euclidean"), "cosine" or "dot";
 ``replace`` False; ``num_partitions`` default ``num_rows // target_partition_size`` in
 [1, 4096] (target 4096 rows for IVF_FLAT, 8192 for IVF_PQ); ``num_sub_vectors`` required for IVF_PQ;
-``num_bits`` 8; ``sample_rate`` 256; ``max_iters`` 50. Rows whose vector is null or not
-finite are left out. As pylance 14, at most one partition per vector is trained (IVF_PQ: one
-per 256 vectors), with a warning; with no rows (IVF_PQ: fewer than 256 vectors) it commits an
-empty index (no files) that ``optimize_indices`` builds once there are rows. Every check runs
+``num_bits`` 8 (or 4: two codes a byte, :mod:`.pq`; ignored by IVF_FLAT); ``sample_rate`` 256;
+``max_iters`` 50. Rows whose vector is null or not finite are left out. As pylance 14, at most
+one partition per vector is trained (IVF_PQ: one per 256 vectors, at least one), with a warning;
+with no rows (IVF_PQ: fewer than ``2**num_bits`` vectors) it commits an empty index (no files)
+that ``optimize_indices`` builds once there are rows. Every check runs
 before anything is written; the files are laid out by :mod:`.ivf`.
 """
 
@@ -29,6 +30,7 @@ import pyroaring
 from airflow_lance.core._proto import table_pb2
 from airflow_lance.core.errors import (
     ColumnNotFoundError,
+    IndexParamsError,
     InvalidInputError,
     InvalidTypeError,
     UnsupportedFeatureError,
@@ -69,11 +71,19 @@ def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
 
 def check_training(params: ivf.VectorIndexParams) -> None:
     """pylance 14 records ``sample_rate``/``max_iters`` of 0 without training (``train=False``) and
-    refuses them when it trains (a build, ``optimize_indices`` building an empty index), with this message."""
+    refuses them when it trains (a build, ``optimize_indices`` building an empty index), with this message;
+    likewise IVF_PQ ``num_bits`` other than 4 or 8 and, with 4 bits, an odd ``num_sub_vectors``
+    (pylance 14 commits the empty index for too few rows whatever these are)."""
     if params.sample_rate < 1 or params.max_iters < 1:
         raise InvalidInputError("Invalid user input: sample_rate must be positive and max_iters must be in "
                                 f"1..=4294967295, got sample_rate={params.sample_rate} and "
                                 f"max_iters={params.max_iters}")
+    if params.index_type == "IVF_PQ":  # pylance 14's checks when it encodes (after training; ours before)
+        if params.num_bits not in (4, 8):
+            raise IndexParamsError(f"ProductQuantization: num_bits {params.num_bits} not supported")
+        if params.num_bits == 4 and (params.num_sub_vectors or 0) % 2:
+            raise IndexParamsError("PQ: num_sub_vectors must be divisible by 2 for num_bits=4, but got "
+                                   f"{params.num_sub_vectors}")
 
 
 def _column(dataset: LanceDataset, column: Any) -> tuple[str, int, int]:
@@ -128,8 +138,6 @@ def _params(dataset: LanceDataset, index_type: Any, metric: Any, num_partitions:
         default = _DEFAULTS[key]
         if (value is not None) if default is None else not (type(value) is type(default) and value == default):
             raise UnsupportedFeatureError(f"create_index({key}=...) is not supported yet")
-    if num_bits != 8:
-        raise UnsupportedFeatureError(f"num_bits={num_bits} is not supported yet (supported: 8)")
     if num_partitions is None:
         target = TARGET_PARTITION_SIZE[kind] if target_partition_size is None else \
             _positive_int("target_partition_size", target_partition_size)
@@ -147,7 +155,7 @@ def _params(dataset: LanceDataset, index_type: Any, metric: Any, num_partitions:
         if dim % num_sub_vectors:
             raise InvalidInputError(f"dimension ({dim}) must be divisible by num_sub_vectors ({num_sub_vectors})")
     return ivf.VectorIndexParams(kind, metric, num_partitions, num_sub_vectors if kind == "IVF_PQ" else None,
-                                 num_bits, sample_rate, max_iters)
+                                 num_bits if kind == "IVF_PQ" else 8, sample_rate, max_iters)
 
 
 def read_vectors(current: LanceDataset, column: str, dim: int, fragment_ids: list[int] | None = None
@@ -176,7 +184,7 @@ def read_vectors(current: LanceDataset, column: str, dim: int, fragment_ids: lis
 def trains_nothing(params: ivf.VectorIndexParams, rows: int, vectors: int) -> bool:
     """pylance 14 commits an *empty* index (no files, empty fragment bitmap; :func:`empty_vector_index`)
     instead of training on a dataset without rows, or IVF_PQ on fewer vectors than PQ trains on
-    (256); a later ``optimize_indices`` builds the full index."""
+    (``2**num_bits``); a later ``optimize_indices`` builds the full index."""
     return rows == 0 or (params.index_type == "IVF_PQ" and vectors < 2 ** params.num_bits)
 
 
@@ -188,7 +196,7 @@ def cap_partitions(params: ivf.VectorIndexParams, rows: int) -> ivf.VectorIndexP
                                 f"{rows} available")
     if rows == 0:
         raise InvalidInputError("the column holds no non-null, finite vectors to train IVF on")
-    cap = rows // 2 ** params.num_bits if params.index_type == "IVF_PQ" else rows
+    cap = max(1, rows // 256) if params.index_type == "IVF_PQ" else rows  # 4-bit PQ too (pylance 14 observed)
     if params.num_partitions > cap:
         log.warning("Build Vector Index: training %d of the %d requested IVF partitions; the column holds %d vectors",
                     cap, params.num_partitions, rows)
@@ -292,9 +300,11 @@ def create_index(
     an InvalidInputError, as pylance 14 refuses it at training) or a non-int count;
     InvalidInputError (ValueError) for an unknown metric, a ``num_partitions`` /
     ``num_sub_vectors`` below 1 or not dividing the dimension, live rows without one finite
-    vector; on a dataset without rows (IVF_PQ: fewer than 256 finite vectors) an empty index is
+    vector; on a dataset without rows (IVF_PQ: fewer than ``2**num_bits`` finite vectors) an empty index is
     committed, as pylance 14 (:func:`empty_vector_index`; ``optimize_indices`` builds it later);
-    UnsupportedFeatureError (NotImplementedError) for other index types, the hamming metric, ``num_bits`` other than 8
+    IndexParamsError (RuntimeError, ValueError) for IVF_PQ ``num_bits`` other than 4 or 8 or an odd
+    ``num_sub_vectors`` with 4 bits (where it trains);
+    UnsupportedFeatureError (NotImplementedError) for other index types, the hamming metric
     and pylance arguments not implemented here (given at other than their defaults);
     IndexExistsError (RuntimeError) for a taken name without ``replace``.
     ``train=False`` (pylance 14): the empty index (:func:`empty_vector_index`) whatever the rows.

@@ -115,8 +115,8 @@ def _load(store, index: table_pb2.IndexMetadata, rows: bool = True) -> _Segment:
     values = table.column(column).combine_chunks()
     width = values.type.list_size
     flat = pc.list_flatten(values).to_numpy(zero_copy_only=False).reshape(-1, width)
-    if column == "__pq_code" and rows:
-        flat = vector_remap._untranspose(flat, lengths)
+    if column == "__pq_code" and rows:  # codes n x num_sub_vectors (4-bit: unpacked)
+        flat = pq.unpack(vector_remap._untranspose(flat, lengths), pq.storage_num_bits(aux_metadata))
     return _Segment(np.repeat(np.arange(lengths.size), lengths), table.column("_rowid").to_numpy(), flat,
                     centroids, aux_metadata, aux_buffers, index_metadata, model, table.schema)
 
@@ -191,7 +191,7 @@ def _files(base: _Segment, labels: np.ndarray, ids: np.ndarray, payload: np.ndar
     offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.uint64)[:-1]]).astype(np.uint64)
     column = base.aux_schema.field(1)
     if column.name == "__pq_code":
-        data = pq.transpose_partitions(payload[order], lengths)
+        data = pq.transpose_partitions(pq.pack(payload[order], pq.storage_num_bits(base.aux_metadata)), lengths)
     else:
         data = payload[order]
     value_type = column.type.value_type  # flat: the stored vectors' type (float16/32/64)
