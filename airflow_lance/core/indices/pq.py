@@ -3,8 +3,9 @@
 Vectors are cut into ``num_sub_vectors`` equal slices; each slice gets its own codebook of
 ``2**num_bits`` centroids trained by L2 k-means (:mod:`.kmeans`) on a sample of
 ``sample_rate * 2**num_bits`` rows, and a vector's code is the nearest codeword per slice
-(one byte each for 8 bits; for 4 bits two codes per byte, see :func:`pack`). For ``l2`` and ``cosine`` Lance quantizes the residual (the vector,
-normalized for cosine, minus its IVF centroid); for ``dot`` the vector itself.
+(one byte each for 8 bits; for 4 bits two codes per byte, see :func:`pack`). For ``l2`` and
+``cosine`` Lance quantizes the residual (the vector, normalized for cosine, minus its IVF
+centroid); for ``dot`` the vector itself.
 
 The codebook is a ``Tensor`` of shape ``[2**num_bits, dimension]`` whose data is the slices'
 codebooks one after the other (``num_sub_vectors`` blocks of ``2**num_bits x sub_dim``).
