@@ -56,6 +56,7 @@ def main() -> None:
     parser.add_argument("--nprobes", type=int, default=16)
     parser.add_argument("--spark", action="store_true")
     parser.add_argument("--dtype", default="float32", choices=("float32", "float16", "float64"))
+    parser.add_argument("--num-bits", type=int, default=8, choices=(4, 8))
     args = parser.parse_args()
     spark = spark_session() if args.spark else None
     vectors = _blobs(args.rows, args.dim, 0).astype(args.dtype)
@@ -74,6 +75,8 @@ def main() -> None:
             params = {"num_partitions": args.partitions}
             if index_type == "IVF_PQ":
                 params["num_sub_vectors"] = args.sub_vectors
+                if args.num_bits != 8:
+                    params["num_bits"] = args.num_bits
             sides = [("ours", ours), ("pylance", pylance), *([("spark", None)] if spark else [])]
             best = {name: float("inf") for name, _ in sides}
             recall = {}

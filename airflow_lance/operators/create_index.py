@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context
 
 #: the vector build's parameters (pylance's ``create_index`` arguments)
-VECTOR_ARGS = ("metric", "num_partitions", "num_sub_vectors", "target_partition_size", "sample_rate", "max_iters")
+VECTOR_ARGS = ("metric", "num_partitions", "num_sub_vectors", "target_partition_size", "sample_rate", "max_iters",
+               "num_bits")
 
 
 def index_summary(index: Any, index_type: str, column: str) -> dict[str, Any]:
@@ -57,8 +58,8 @@ class LanceCreateIndexOperator(LanceLocalOrSparkOperator):
     :param train: pylance's ``train``: False commits its empty index (no rows indexed; a later
         ``optimize_indices`` builds it), in the worker whatever the ``mode`` (no Spark job).
     :param metric: vector indices: ``L2`` (default), ``cosine`` or ``dot``. (templated)
-    :param num_partitions, num_sub_vectors, target_partition_size, sample_rate, max_iters: vector
-        indices, pylance's ``create_index`` arguments (None: pylance's defaults).
+    :param num_partitions, num_sub_vectors, target_partition_size, sample_rate, max_iters, num_bits: vector
+        indices, pylance's ``create_index`` arguments (None: pylance's defaults; ``num_bits`` 8 or 4).
     :param mode: ``local`` or ``spark``. (templated)
     :param num_tasks: Spark tasks (mode ``spark``; default one per fragment).
     :param conflict_retries, idempotency_key, commit_message, staging_uri, lance_conn_id,
@@ -78,7 +79,8 @@ class LanceCreateIndexOperator(LanceLocalOrSparkOperator):
     def __init__(self, *, uri: str, column: str, index_type: str, name: str | None = None, replace: bool = False,
                  metric: str | None = None, num_partitions: int | None = None, num_sub_vectors: int | None = None,
                  target_partition_size: int | None = None, sample_rate: int | None = None,
-                 max_iters: int | None = None, train: bool = True, **kwargs: Any) -> None:
+                 max_iters: int | None = None, num_bits: int | None = None, train: bool = True,
+                 **kwargs: Any) -> None:
         super().__init__(uri=uri, **kwargs)
         self.column = column
         self.index_type = index_type
@@ -90,6 +92,7 @@ class LanceCreateIndexOperator(LanceLocalOrSparkOperator):
         self.target_partition_size = target_partition_size
         self.sample_rate = sample_rate
         self.max_iters = max_iters
+        self.num_bits = num_bits
         self.train = train
 
     def index_params(self) -> dict[str, Any]:

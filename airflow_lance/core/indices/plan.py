@@ -45,7 +45,8 @@ if TYPE_CHECKING:
     from airflow_lance.core.dataset import LanceDataset
 
 #: Keyword arguments of :func:`check_index` besides the column and index type.
-VECTOR_ARGS = ("metric", "num_partitions", "num_sub_vectors", "target_partition_size", "sample_rate", "max_iters")
+VECTOR_ARGS = ("metric", "num_partitions", "num_sub_vectors", "target_partition_size", "sample_rate", "max_iters",
+               "num_bits")
 
 
 @dataclasses.dataclass
@@ -85,7 +86,7 @@ def check_index(ds: LanceDataset, column: Any, index_type: Any, name: str | None
             f"its vector types {', '.join(PYLANCE_VECTOR_TYPES)} (built here: {', '.join(SUPPORTED_SCALAR_TYPES)}, "
             f"{', '.join(SUPPORTED_VECTOR_TYPES)})")
     if is_vector_type(index_type):
-        extra = {k: given[k] for k in ("sample_rate", "max_iters") if k in given}
+        extra = {k: given[k] for k in ("sample_rate", "max_iters", "num_bits") if k in given}
         column, field_id, dim, params = check_vector_index(
             ds, column, index_type, name, given.get("metric", "L2"), replace, given.get("num_partitions"),
             given.get("num_sub_vectors"), given.get("target_partition_size"), train, **extra)

@@ -5,7 +5,8 @@ same two files: ``index.idx`` unchanged (centroids, k-means loss, metadata), and
 ``auxiliary.idx`` with every partition's rows filtered (rows deleted before the compaction
 leave) and their ``_rowid`` mapped old -> new, in the old order; the ``IVF`` buffer gets the
 new partition offsets and lengths, the PQ codebook and the schema metadata are kept (PQ codes
-are re-transposed per partition, see :mod:`.pq`). Details and ``index_version`` stay.
+are re-transposed per partition, 4-bit ones as packed bytes, see :mod:`.pq`). Details and
+``index_version`` stay.
 
 On datasets with stable row ids the vector index holds stable row ids, which compaction keeps:
 pylance 14 leaves the index files (and uuid) alone and only moves its fragment bitmap.

@@ -1,7 +1,7 @@
 """Test DAGs: LanceCreateIndexOperator, local and on Spark, with retries before and after the
-commit, bad input and a failing merge task (``lance_test_create_index``); more index types and a failing Spark job
-(``lance_test_create_index_more``, slow). Paths come from LANCE_TEST_ROOT, set by the test before
-parsing."""
+commit, bad input and a failing merge task (``lance_test_create_index``); more index types (IVF_PQ
+with num_bits=4 too) and a failing Spark job (``lance_test_create_index_more``, slow). Paths come
+from LANCE_TEST_ROOT, set by the test before parsing."""
 
 from __future__ import annotations
 
@@ -65,6 +65,11 @@ with DAG("lance_test_create_index_more", schedule=None, start_date=dt.datetime(2
             tasks.append(LanceCreateIndexOperator(
                 task_id=f"{kind.lower()}_{mode}", uri=f"{ROOT}/{mode}.lance", column=column, index_type=kind,
                 **extra, **options))
+    # IVF_PQ with 4-bit codes (two a byte), local and on Spark
+    for mode in ("local", "spark"):
+        tasks.append(LanceCreateIndexOperator(
+            task_id=f"ivf_pq4_{mode}", uri=f"{ROOT}/pq4_{mode}.lance", column="vec", index_type="IVF_PQ",
+            num_partitions=4, num_sub_vectors=4, num_bits=4, **(spark if mode == "spark" else common)))
     # 300 rows, 100 vectors: the Spark job counts too few to train PQ and stages pylance's empty index
     tasks.append(LanceCreateIndexOperator(task_id="sparse_pq_spark", uri=f"{ROOT}/sparse.lance", column="vec",
                                           index_type="IVF_PQ", num_sub_vectors=4, num_tasks=2, **spark))

@@ -248,6 +248,8 @@ def test_more_index_types_and_a_failing_spark_job(tmp_path: pathlib.Path, spark_
                                                   enumerate(table.column("vec").to_pylist())], vec_type))
     for name in ("sparse", "sparse_pylance"):
         pylance.write_dataset(sparse, str(tmp_path / f"{name}.lance"), max_rows_per_file=100)
+    for mode in ("local", "spark"):
+        _dataset(tmp_path / f"pq4_{mode}.lance")
     pylance.dataset(str(tmp_path / "sparse_pylance.lance")).create_index("vec", "IVF_PQ", num_sub_vectors=4)
     dag_run = _run_dag(tmp_path, "lance_test_create_index_more")
     tis = task_instances(dag_run)
@@ -267,6 +269,18 @@ def test_more_index_types_and_a_failing_spark_job(tmp_path: pathlib.Path, spark_
     for mode in ("spark", "local"):
         assert _index_file(str(tmp_path / f"{mode}.lance"), "vec_idx", "auxiliary.idx").schema.field(
             "flat").type.value_type == pa.float16()
+    # num_bits=4: pylance describes and uses the Spark build, with the local build's recall
+    local, spark = xcom_value(dag_run, "ivf_pq4_local"), xcom_value(dag_run, "ivf_pq4_spark")
+    assert local["num_indexed_rows"] == spark["num_indexed_rows"] > 0
+    for mode in ("local", "spark"):
+        uri = str(tmp_path / f"pq4_{mode}.lance")
+        [described] = pylance.dataset(uri).describe_indices()
+        assert described.details["compression"]["num_bits"] == 4, described
+        assert _index_file(uri, "vec_idx", "auxiliary.idx").schema.field("__pq_code").type.list_size == 2
+        assert "ANNIvfPartition" in pylance.dataset(uri).scanner(
+            nearest={"column": "vec", "q": queries[0], "k": 10}).explain_plan()
+    ours, theirs = (_recall(str(tmp_path / f"pq4_{mode}.lance"), queries) for mode in ("spark", "local"))
+    assert ours > 0.3 and abs(ours - theirs) <= 0.1, (ours, theirs)
     assert tis["spark_fails"].state == "failed"
     failure = json.loads((tmp_path / "failures" / "spark_fails.json").read_text())
     assert failure["type"] == "LanceSparkJobError" and "nothing was committed" in failure["message"]
