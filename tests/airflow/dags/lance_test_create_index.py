@@ -69,7 +69,7 @@ with DAG("lance_test_create_index_more", schedule=None, start_date=dt.datetime(2
     for mode in ("local", "spark"):
         tasks.append(LanceCreateIndexOperator(
             task_id=f"ivf_pq4_{mode}", uri=f"{ROOT}/pq4_{mode}.lance", column="vec", index_type="IVF_PQ",
-            num_partitions=4, num_sub_vectors=4, num_bits=4, **(spark if mode == "spark" else common)))
+            num_partitions=4, num_sub_vectors=8, num_bits=4, **(spark if mode == "spark" else common)))
     # 300 rows, 100 vectors: the Spark job counts too few to train PQ and stages pylance's empty index
     tasks.append(LanceCreateIndexOperator(task_id="sparse_pq_spark", uri=f"{ROOT}/sparse.lance", column="vec",
                                           index_type="IVF_PQ", num_sub_vectors=4, num_tasks=2, **spark))
