@@ -35,12 +35,13 @@ def test_pack_is_lances_nibble_order():
     assert (pq.unpack(packed, 4) == codes).all() and pq.code_width(8, 4) == 4
 
 
-def test_4bit_files_hold_what_pylance_writes(tmp_path):
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_4bit_files_hold_what_pylance_writes(tmp_path, dtype):
     """Same schemas, metadata (``nbits`` 4, ``__pq_code`` of num_sub_vectors / 2 bytes), codebook
-    shape [16, dim] and manifest entry; and pylance's stored bytes are the codes computed from its
-    own codebook, packed and transposed per partition as we write them."""
+    shape [16, dim] (in the vectors' type) and manifest entry; and pylance's stored bytes are the
+    codes computed from its own codebook, packed and transposed per partition as we write them."""
     ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
-    vectors = _blobs(3000, dim=16)
+    vectors = _blobs(3000, dim=16).astype(dtype)
     _write_with_pylance(ours, vectors)
     shutil.copytree(ours, theirs)
     params = {"num_partitions": 4, "metric": "l2"} | FOUR
@@ -56,17 +57,18 @@ def test_4bit_files_hold_what_pylance_writes(tmp_path):
     for reader in (mine["auxiliary.idx"], pylances["auxiliary.idx"]):
         tensor = index_pb2.Tensor()
         tensor.ParseFromString(reader.global_buffer(2))
-        assert list(tensor.shape) == [16, 16] and tensor.data_type == index_pb2.Tensor.FLOAT32
+        assert list(tensor.shape) == [16, 16] and index_pb2.Tensor.DataType.Name(tensor.data_type) == dtype.upper()
         books.append(ivf.tensor_array(tensor).reshape(8, 16, 2))
     for uri, files, book in ((theirs, pylances, books[1]), (ours, mine, books[0])):
         aux = files["auxiliary.idx"]
         table, layout = aux.read(), _ivf(aux)
         centroids = ivf.tensor_array(_ivf(files["index.idx"]).centroids_tensor)
         ids = table["_rowid"].to_numpy()
-        x = vectors[(ids >> 32) * 3000 + (ids & 0xFFFFFFFF)]
+        x = vectors[(ids >> 32) * 3000 + (ids & 0xFFFFFFFF)].astype(ivf.compute_dtype(dtype))
         parts = np.repeat(np.arange(4), layout.lengths)
         assert (kmeans.assign(x, centroids, "l2")[0] == parts).mean() > 0.99, uri
-        expected = pq.transpose_partitions(pq.pack(pq.encode(x - centroids[parts], book), 4),
+        residuals = ivf.residuals(x, centroids, parts, dtype)
+        expected = pq.transpose_partitions(pq.pack(pq.encode(residuals, book), 4),
                                            np.array(layout.lengths))
         stored = np.stack(table["__pq_code"].to_numpy(zero_copy_only=False))
         assert (stored == expected).mean() > 0.99, uri
