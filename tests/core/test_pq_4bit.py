@@ -18,6 +18,7 @@ import pytest
 import airflow_lance.core as lance
 from airflow_lance.core._proto import index_pb2
 from airflow_lance.core.indices import ivf, kmeans, pq
+from airflow_lance.core.indices.plan import check_index
 
 from .test_vector_indices import _compare_recall, _files, _ivf, _write_with_pylance
 from .test_vector_indices import _vectors as _blobs
@@ -127,6 +128,8 @@ def test_4bit_parameters_as_pylance(tmp_path):
         with pytest.raises(RuntimeError) as expected:
             pylance.dataset(uri).create_index("vec", "IVF_PQ", num_partitions=2, **kwargs)
         assert str(raised.value) in str(expected.value)
+        with pytest.raises(lance.IndexParamsError):  # the operator's check, before a Spark job is submitted
+            check_index(lance.dataset(uri), "vec", "IVF_PQ", num_partitions=2, **kwargs)
     assert lance.dataset(uri).version == 2 and not os.path.exists(os.path.join(uri, "_indices"))
     lance.dataset(uri).create_index("vec", "IVF_PQ", num_partitions=4, num_sub_vectors=4, num_bits=4)
     [partitions] = [len(_ivf(_files(uri)["index.idx"]).lengths)]

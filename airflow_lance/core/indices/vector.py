@@ -281,7 +281,9 @@ def _check_rows(dataset: LanceDataset, column: str, dim: int, params: ivf.Vector
     too few vectors for PQ, give an empty index instead (:func:`trains_nothing`)."""
     rows = dataset.count_rows()
     untrainable = params.sample_rate < 1 or params.max_iters < 1  # refused only where it trains (pylance 14)
-    if 0 < rows < 2 ** params.num_bits or (untrainable and rows):  # only then are the rows read up front
+    bad_pq = params.index_type == "IVF_PQ" and (  # likewise (so refused before a Spark job is submitted)
+        params.num_bits not in (4, 8) or (params.num_bits == 4 and (params.num_sub_vectors or 0) % 2))
+    if 0 < rows < 2 ** params.num_bits or ((untrainable or bad_pq) and rows):  # only then are the rows read
         vectors, _, _ = read_vectors(dataset, column, dim)
         if not trains_nothing(params, rows, len(vectors)):
             check_training(params)
