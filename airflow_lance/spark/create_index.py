@@ -238,7 +238,7 @@ def build_vector(spark: SparkSession, spec: TaskJobSpec, ds: Any, params: ivf.Ve
     rng = np.random.default_rng(seed)
     tasks = [list(t) for t in spec.tasks]
     options = dict(spec.storage_options)
-    # rows the training needs: IVF samples num_partitions * sample_rate rows, PQ 256 * 256 (of the residuals)
+    # rows the training needs: IVF samples num_partitions * sample_rate rows, PQ 256 * 2**num_bits (residuals)
     size = params.num_partitions * params.sample_rate
     if params.index_type == "IVF_PQ":
         size = max(size, 256 * 2 ** params.num_bits)
