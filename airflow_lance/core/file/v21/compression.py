@@ -391,7 +391,8 @@ def _byte_stream_split(ctx, bss: pb.ByteStreamSplit, src, buffers, counts, block
 def _general(ctx, general: pb.General, src, buffers, counts, block, select=None) -> Block:
     ctx.check(len(buffers) >= 1, "general compression without buffers")
     starts, sizes = buffers[0]
-    src, new_starts, new_sizes = _decompress_each(ctx, general.compression.scheme, src, starts, sizes)
+    src, new_starts, new_sizes = _decompress_each(ctx, general.compression.scheme, src, starts, sizes,
+                                                  keep_source=len(buffers) > 1)
     if not general.HasField("values"):
         raise ctx.corrupt("general compression without an inner encoding")
     return decode(ctx, general.values, src, [(new_starts, new_sizes), *buffers[1:]], counts, block=block,
@@ -440,14 +441,19 @@ def split_rows(data: np.ndarray, n: int, widths: list[int]) -> Struct:
     return Struct(children, n)
 
 
-def _decompress_each(ctx, scheme: int, src, starts, sizes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _decompress_each(ctx, scheme: int, src, starts, sizes,
+                     keep_source: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """General-decompress one buffer per chunk (a Python loop: each chunk is its own frame).
 
-    Returns a new source (old source + decompressed buffers) with the new ranges.
+    Returns a new source with the new ranges: the decompressed buffers back to back, after the
+    old source where other buffers still point into it (``keep_source``).
     """
     pieces = [as_u8(decompress(ctx, scheme, memoryview(src[s: s + n])))
               for s, n in zip(starts.tolist(), sizes.tolist())]
     new_sizes = np.array([len(p) for p in pieces], dtype=np.int64)
+    if not keep_source:
+        data = np.concatenate(pieces) if pieces else np.zeros(0, np.uint8)
+        return data, exclusive_cumsum(new_sizes)[:-1], new_sizes
     new_starts = len(src) + exclusive_cumsum(new_sizes)[:-1]
     return np.concatenate([src, *pieces]), new_starts, new_sizes
 
