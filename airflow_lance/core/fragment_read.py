@@ -56,6 +56,9 @@ class SelectionReader:
         offset is in ``row_range`` (``[start, stop)``), or those at the physical ``offsets``
         (sorted, unique), in physical order."""
         plan = self._plan
+        if offsets is None and row_range is not None and int(row_range[0]) == 0 \
+                and int(row_range[1]) >= fragment.physical_rows:
+            row_range = None  # the whole fragment: one read of its pages, not a take of every row
         if row_range is None and offsets is None:
             return plan.finish(plan.read(fragment))
         live = live_offsets(self.dataset, fragment)
