@@ -148,8 +148,10 @@ WIDTHS = [("float16", "IVF_PQ", "dot"), ("float64", "IVF_PQ", "cosine"), ("float
     if (d, t, m) not in WIDTHS])
 def test_float16_and_float64_vectors(tmp_path, dtype, index_type, metric):
     params = {"num_partitions": 16} | ({"num_sub_vectors": 4} if index_type == "IVF_PQ" else {})
+    # More builds than the float32 test: with 2 IVF_FLAT / 4 IVF_PQ builds the mean differed from
+    # pylance's by over 0.02 about once in 20 runs (float64 dot IVF_FLAT 0.969 vs 0.998 failed CI).
     ours, theirs = _compare_recall(tmp_path, index_type, metric, 3000, 150, params, nprobes=4,
-                                   builds=2 if index_type == "IVF_FLAT" else 4, dim=16, dtype=dtype)
+                                   builds=5 if index_type == "IVF_FLAT" else 8, dim=16, dtype=dtype)
     print(f"recall@10 {dtype} {index_type} {metric}: ours {ours:.3f}, pylance {theirs:.3f}")
     assert ours >= theirs - 0.02, (ours, theirs)
     assert ours > (0.9 if index_type == "IVF_FLAT" else 0.4), ours
