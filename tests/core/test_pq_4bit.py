@@ -8,6 +8,7 @@ compaction of a 4-bit index (ours or pylance's) write what pylance writes on a c
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
@@ -17,6 +18,7 @@ import pytest
 
 import airflow_lance.core as lance
 from airflow_lance.core._proto import index_pb2
+from airflow_lance.core.errors import CorruptFileError
 from airflow_lance.core.indices import ivf, kmeans, pq
 from airflow_lance.core.indices.plan import check_index
 
@@ -34,6 +36,17 @@ def test_pack_is_lances_nibble_order():
     packed = pq.pack(codes, 4)
     assert packed.tolist() == [[0x21, 0x43], [0x0F, 0x97]]
     assert (pq.unpack(packed, 4) == codes).all() and pq.code_width(8, 4) == 4
+
+
+def test_storage_num_bits_reads_the_width_and_refuses_what_it_cannot_read():
+    def meta(nbits):
+        return {"storage_metadata": json.dumps([json.dumps({"num_sub_vectors": 4, "nbits": nbits})])}
+    assert (pq.storage_num_bits(meta(4)), pq.storage_num_bits(meta(8)), pq.storage_num_bits({})) == (4, 8, 8)
+    for bad in (meta(5), meta("4"), {"storage_metadata": "not json"}, {"storage_metadata": "[]"}):
+        with pytest.raises(CorruptFileError):
+            pq.storage_num_bits(bad)
+    with pytest.raises(CorruptFileError, match="tensor type"):  # a bfloat16 centroids/codebook tensor
+        ivf.tensor_array(index_pb2.Tensor(data_type=index_pb2.Tensor.BFLOAT16, shape=[1], data=b"\0" * 2))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])

@@ -92,18 +92,19 @@ def _tensor(array: np.ndarray, value_type: str = "float32") -> index_pb2.Tensor:
                             data=np.ascontiguousarray(array, dtype=np.dtype(value_type).newbyteorder("<")).tobytes())
 
 
+def tensor_value_type(tensor: index_pb2.Tensor) -> str:
+    """The value type (float16, float32 or float64) of a float ``Tensor``."""
+    for value_type, data_type in TENSOR_TYPES.items():
+        if tensor.data_type == data_type:
+            return value_type
+    raise CorruptFileError(f"{INDEX_NAME} / {AUXILIARY_NAME}", f"unsupported vector index tensor type {tensor.data_type}")
+
+
 def tensor_array(tensor: index_pb2.Tensor) -> np.ndarray:
     """A float ``Tensor`` (centroids, a PQ codebook) as numpy in its compute dtype."""
-    names = {v: k for k, v in TENSOR_TYPES.items()}
-    if tensor.data_type not in names:
-        raise CorruptFileError(f"unsupported vector index tensor type {tensor.data_type}")
-    value_type = names[tensor.data_type]
+    value_type = tensor_value_type(tensor)
     array = np.frombuffer(tensor.data, np.dtype(value_type).newbyteorder("<")).reshape(tuple(tensor.shape))
     return array.astype(compute_dtype(value_type))
-
-
-def tensor_value_type(tensor: index_pb2.Tensor) -> str:
-    return {v: k for k, v in TENSOR_TYPES.items()}[tensor.data_type]
 
 
 def _ivf(offsets: np.ndarray, lengths: np.ndarray, centroids: np.ndarray | None = None,

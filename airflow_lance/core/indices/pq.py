@@ -26,6 +26,7 @@ import json
 
 import numpy as np
 
+from airflow_lance.core.errors import CorruptFileError
 from airflow_lance.core.indices import kmeans
 
 NUM_BITS = 8
@@ -82,11 +83,18 @@ def unpack(data: np.ndarray, num_bits: int) -> np.ndarray:
 
 
 def storage_num_bits(aux_metadata: dict[str, str]) -> int:
-    """``nbits`` of a PQ ``auxiliary.idx`` (its ``storage_metadata``; 8 if absent)."""
-    try:
-        return int(json.loads(json.loads(aux_metadata["storage_metadata"])[0]).get("nbits", NUM_BITS))
-    except (KeyError, IndexError, TypeError, ValueError):
+    """``nbits`` of a PQ ``auxiliary.idx`` (its ``storage_metadata``; 8 where the metadata or the key
+    is absent). Metadata that does not parse, or another width, is a corrupt file: codes read or
+    written at a guessed width would be wrong."""
+    if "storage_metadata" not in aux_metadata:
         return NUM_BITS
+    try:
+        nbits = json.loads(json.loads(aux_metadata["storage_metadata"])[0]).get("nbits", NUM_BITS)
+    except (IndexError, TypeError, ValueError, AttributeError) as exc:
+        raise CorruptFileError("auxiliary.idx", f"PQ storage_metadata does not parse: {exc}") from None
+    if nbits not in (4, 8):
+        raise CorruptFileError("auxiliary.idx", f"PQ storage_metadata has nbits {nbits!r} (4 or 8)")
+    return int(nbits)
 
 
 def codebook_matrix(codebooks: np.ndarray) -> np.ndarray:
