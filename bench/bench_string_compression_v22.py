@@ -9,7 +9,7 @@ is pylance's own 2.2 write. Every (variant, option) runs in its own child
 process; rounds interleave the options; each child takes the best of ``--reps``
 writes (each after ``os.sync()``) and then the best of ``--reps`` full scans
 of the written dataset by our reader and by pylance's. Reported: best over the
-rounds (write: wall time and the process CPU time, all threads), sizes on disk,
+rounds (write: wall time, and the process CPU time of that write, all threads), sizes on disk,
 ratios to pylance's size and to the uncompressed ("none") write.
 """
 
@@ -47,6 +47,7 @@ def child(option: str, variant: str, rows: int, reps: int, out: str) -> None:
     import airflow_lance.core as ours
     from airflow_lance.core.file.v21 import write as v21_write
     from anchor_data import anchor_table
+    from bench_common import timed_writes
 
     table = anchor_table(rows, wide=(variant == "wide"))
     if option == "pylance":
@@ -57,15 +58,7 @@ def child(option: str, variant: str, rows: int, reps: int, out: str) -> None:
 
         def write(path: str) -> None:
             ours.write_dataset(table, path, data_storage_version="2.2")
-    best = best_cpu = float("inf")
-    for _ in range(reps):
-        shutil.rmtree(out, ignore_errors=True)
-        os.sync()
-        start, cpu = time.perf_counter(), time.process_time()
-        write(out)
-        best = min(best, time.perf_counter() - start)
-        best_cpu = min(best_cpu, time.process_time() - cpu)
-    size = sum(f.stat().st_size for f in pathlib.Path(out).rglob("*") if f.is_file())
+    best, best_cpu, size = timed_writes(write, out, reps)
     assert lance.dataset(out).to_table().equals(table), "pylance does not read the dataset back"
     assert ours.dataset(out).to_table().equals(table), "we do not read the dataset back"
     read_ours = _best(lambda: ours.dataset(out).to_table(), reps)
@@ -102,7 +95,9 @@ def main() -> None:
                     row = json.loads(done.stdout.strip().splitlines()[-1])
                     shutil.rmtree(out, ignore_errors=True)
                     best = results.setdefault(option, row)
-                    for key in ("write", "cpu", "read_ours", "read_pylance"):
+                    if row["write"] < best["write"]:
+                        best.update(write=row["write"], cpu=row["cpu"])
+                    for key in ("read_ours", "read_pylance"):
                         best[key] = min(best[key], row[key])
             pl, raw = results["pylance"], results.get("none")
             for option in options:

@@ -22,7 +22,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -30,6 +29,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 def child(writer: str, variant: str, rows: int, reps: int, out: str) -> None:
     sys.path.insert(0, str(HERE))
     from anchor_data import anchor_table
+    from bench_common import timed_writes
 
     table = anchor_table(rows, wide=(variant == "wide"))
     if writer == "pylance":
@@ -42,16 +42,7 @@ def child(writer: str, variant: str, rows: int, reps: int, out: str) -> None:
 
         def write(path: str) -> None:
             ours.write_dataset(table, path, data_storage_version="2.2")
-    best = float("inf")
-    for _ in range(reps):
-        shutil.rmtree(out, ignore_errors=True)
-        os.sync()  # no writeback of an earlier writer's dirty pages during this write
-        start, cpu = time.perf_counter(), time.process_time()
-        write(out)
-        elapsed, used = time.perf_counter() - start, time.process_time() - cpu
-        if elapsed < best:
-            best, best_cpu = elapsed, used
-    size = sum(f.stat().st_size for f in pathlib.Path(out).rglob("*") if f.is_file())
+    best, best_cpu, size = timed_writes(write, out, reps)
     if writer != "pylance":  # the oracle reads what we wrote
         import lance
 
