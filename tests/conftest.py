@@ -72,6 +72,17 @@ def spark_class_cache_ready() -> None:
         _CLASS_CACHE.pop("awaited")
 
 
+@pytest.fixture(params=["numpy", "numba"])
+def loops(request, monkeypatch) -> str:
+    """The 2.1+ decoder's loops for this test: numpy, or the compiled kernels (the ``fast`` extra,
+    installed for the tests), used for inputs of every size."""
+    from airflow_lance.core.file.v21 import kernels
+
+    monkeypatch.setenv(kernels.ENV, request.param)
+    monkeypatch.setattr(kernels, "MIN_VALUES", 0)
+    return request.param
+
+
 @pytest.fixture
 def uri(tmp_path) -> str:
     """A fresh local dataset location."""

@@ -53,7 +53,7 @@ def _data_file_versions(uri: str) -> set[tuple[int, int]]:
 
 
 @pytest.mark.parametrize("version", ["2.1", "2.2", "legacy"])
-def test_we_read_every_type_pylance_writes(uri, version):
+def test_we_read_every_type_pylance_writes(uri, version, loops):
     pylance.write_dataset(MIXED, uri, data_storage_version=version, max_rows_per_file=1500)
     theirs = pylance.dataset(uri).to_table()
     mine = ours.dataset(uri).to_table()
@@ -76,7 +76,7 @@ def test_legacy_reads_as_pylance_reads_it(uri):
 
 
 @pytest.mark.parametrize("version", ["2.1", "2.2"])
-def test_multi_page_and_multi_chunk(uri, version):
+def test_multi_page_and_multi_chunk(uri, version, loops):
     rng = np.random.default_rng(1)
     n = 120_000
     lengths = rng.integers(50, 110, n)
@@ -167,7 +167,7 @@ def _encodings(uri: str) -> set[str]:
 
 
 @pytest.mark.parametrize("version", ["2.1", "2.2"])
-def test_every_encoding_pylance_emits_is_read(tmp_path, version):
+def test_every_encoding_pylance_emits_is_read(tmp_path, version, loops):
     """Which encodings pylance 14 picks (by data) -- each one decoded equal to pylance's reading."""
     seen: set[str] = set()
     mixed = str(tmp_path / "mixed")
@@ -302,7 +302,7 @@ def _random_round_trip(tmp_path, seed: int) -> None:
 
 
 @pytest.mark.parametrize("seed", range(20))
-def test_random_nested_columns_both_ways(tmp_path, seed):
+def test_random_nested_columns_both_ways(tmp_path, seed, loops):
     """Random structs/lists/fixed-size lists with nulls and empties, small pages and batches."""
     _random_round_trip(tmp_path, seed)
 

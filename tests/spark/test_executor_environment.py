@@ -43,8 +43,9 @@ def test_requirements_are_the_packages_the_shipped_code_imports_with_the_package
     assert found["protobuf"]["modules"] == ["google.protobuf"]  # not google-auth's google.oauth2
     # nothing Airflow, nothing only an optional store backend brings
     assert not {"apache-airflow", "psutil", "s3fs", "adlfs", "gcsfs", "pyspark"} & set(found)
-    # every import of the shipped code is the stdlib, PySpark, a requirement or a lazily imported store backend
-    optional = {"adlfs", "azure", "botocore", "gcsfs", "s3fs", "google"}
+    # every import of the shipped code is the stdlib, PySpark, a requirement, a lazily imported store
+    # backend or numba (the ``fast`` extra's compiled decode loops, imported when first needed)
+    optional = {"adlfs", "azure", "botocore", "gcsfs", "s3fs", "google", "numba"}
     modules = {m.split(".")[0] for m in environment.imported_modules(ROOT)}
     required = {m.split(".")[0] for r in found.values() for m in r["modules"]}
     assert modules - required - optional - environment.PROVIDED_BY_SPARK == set()

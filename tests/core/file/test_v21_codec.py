@@ -13,7 +13,8 @@ import pytest
 from airflow_lance.core._proto import encodings_v2_1_pb2 as pb
 from airflow_lance.core.errors import CorruptFileError, UnsupportedFeatureError
 from airflow_lance.core.file import LanceFileReader, LanceFileWriter
-from airflow_lance.core.file.v21 import bitpack, fsst, fsst_encode
+from airflow_lance.core.errors import InvalidInputError
+from airflow_lance.core.file.v21 import bitpack, fsst, fsst_encode, kernels
 from airflow_lance.core.file.v21.structure import (
     _DEF_COUNT, _LIST_LAYERS, ITEM, LIST, Level, NodeData, Structure, _visibility_table, layers_for, levels, max_rep,
     unravel)
@@ -45,7 +46,7 @@ def _reference_unpack(words: np.ndarray, width: int, bits: int) -> np.ndarray:
 
 @pytest.mark.parametrize("bits", [8, 16, 32, 64])
 @pytest.mark.parametrize("width", [0, 1, 3, 7, 8])
-def test_fastlanes_round_trip_matches_reference(bits, width):
+def test_fastlanes_round_trip_matches_reference(bits, width, loops):
     if width > bits:
         return
     rng = np.random.default_rng(bits * 100 + width)
@@ -58,9 +59,50 @@ def test_fastlanes_round_trip_matches_reference(bits, width):
         assert np.array_equal(_reference_unpack(packed[1], width, bits), values[1].astype(np.uint64))
 
 
-def test_fastlanes_full_width():
+def test_fastlanes_full_width(loops):
     values = np.arange(1024, dtype=np.uint16).reshape(1, 1024) * 61
     assert np.array_equal(bitpack.unpack(bitpack.pack(values, 16, 16), 16, 16), values)
+
+
+@pytest.mark.parametrize("bits", [32, 64])
+def test_compiled_unpack_equals_numpy_for_every_width(bits, monkeypatch):
+    """Every width 0..T of the word sizes the compiled unpack serves: it gives numpy's values
+    (random words, so every bit of every lane is exercised, spills between words included)."""
+    monkeypatch.setattr(kernels, "MIN_VALUES", 0)
+    dtype = np.dtype(f"<u{bits // 8}")
+    rng = np.random.default_rng(bits)
+    for width in range(bits + 1):
+        words = rng.integers(0, 2**bits, (5, width * 1024 // bits), dtype=np.uint64).astype(dtype)
+        monkeypatch.setenv(kernels.ENV, "numpy")
+        expected = bitpack.unpack(words, width, bits)
+        monkeypatch.setenv(kernels.ENV, "numba")
+        got = bitpack.unpack(words, width, bits)
+        assert got.dtype == expected.dtype and np.array_equal(got, expected), width
+
+
+def test_kernel_mode_setting(monkeypatch):
+    """``AIRFLOW_LANCE_KERNELS``: a typo is an error, not the default; ``numba`` without numba is an
+    error; small inputs never load the kernels."""
+    monkeypatch.setenv(kernels.ENV, "fast")
+    with pytest.raises(InvalidInputError, match="AIRFLOW_LANCE_KERNELS='fast'"):
+        kernels.compiled(1 << 20)
+    monkeypatch.setenv(kernels.ENV, "numpy")
+    assert kernels.compiled(1 << 20) is None
+    monkeypatch.setenv(kernels.ENV, "numba")
+    assert kernels.compiled(1 << 20) is not None
+    assert kernels.compiled(kernels.MIN_VALUES - 1) is None
+    monkeypatch.setattr(kernels, "_SHIPPED_IN_ZIP", True)  # a Spark job's code zip: no lasting cache
+    assert kernels.compiled(1 << 20) is not None
+    monkeypatch.setenv(kernels.ENV, "auto")
+    assert kernels.compiled(1 << 20) is None
+    monkeypatch.setattr(kernels, "_SHIPPED_IN_ZIP", False)
+    assert kernels.compiled(1 << 20) is not None
+    monkeypatch.setenv(kernels.ENV, "numba")
+    monkeypatch.setattr(kernels, "_LOADED", [(None, "numba is not installed (test)")])  # as without the fast extra
+    with pytest.raises(InvalidInputError, match="numba is not installed"):
+        kernels.compiled(1 << 20)
+    monkeypatch.setenv(kernels.ENV, "auto")
+    assert kernels.compiled(1 << 20) is None
 
 
 # ----------------------------------------------------------------------------- FSST
@@ -72,7 +114,7 @@ def _table(symbols: list[bytes]) -> bytes:
     return (header.to_bytes(8, "little") + body).ljust(fsst.TABLE_SIZE, b"\0")
 
 
-def test_fsst_decodes_symbols_escapes_and_string_boundaries():
+def test_fsst_decodes_symbols_escapes_and_string_boundaries(loops):
     table = _table([b"hello", b" ", b"world!!!", b"\xff"])
     # "hello world!!!" | "" | escape 0xFF (literal 255) + code 3 (0xFF symbol) + escape 'z' | "hello"
     codes = np.array([0, 1, 2, 255, 255, 3, 255, ord("z"), 0], dtype=np.uint8)
@@ -106,7 +148,7 @@ def _fsst_reference(symbols: list[bytes], codes: np.ndarray, offsets: np.ndarray
 
 @pytest.mark.parametrize("count, escapes, odd", [(255, False, False), (255, False, True), (40, False, True),
                                                  (40, True, False), (40, True, True)])
-def test_fsst_pair_path_matches_per_code_decoding(count, escapes, odd):
+def test_fsst_pair_path_matches_per_code_decoding(count, escapes, odd, loops):
     """Enough codes for the pair table (odd and even totals, with and without escape runs)."""
     rng = np.random.default_rng(count + 2 * escapes + odd)
     symbols = [bytes(rng.integers(0, 256, int(rng.integers(1, 9)), dtype=np.uint8)) for _ in range(count)]
@@ -127,6 +169,28 @@ def test_fsst_pair_path_matches_per_code_decoding(count, escapes, odd):
     assert got == _fsst_reference(symbols, codes, offsets)
 
 
+@pytest.mark.parametrize("escapes", [False, True])
+def test_compiled_fsst_equals_numpy_on_inner_offsets(escapes, monkeypatch):
+    """Offsets that start after the first code and end before the last (a selection of strings):
+    the compiled decoder returns numpy's bytes and offsets."""
+    monkeypatch.setattr(kernels, "MIN_VALUES", 0)
+    rng = np.random.default_rng(11 + escapes)
+    symbols = [bytes(rng.integers(0, 256, int(rng.integers(1, 9)), dtype=np.uint8)) for _ in range(200)]
+    per_string = [rng.integers(0, 200, int(rng.integers(0, 30))).astype(np.uint8) for _ in range(5000)]
+    if escapes:
+        per_string = [np.concatenate([c, np.array([255, rng.integers(0, 256)], np.uint8)]) if i % 3 == 0 else c
+                      for i, c in enumerate(per_string)]
+    codes = np.concatenate(per_string)
+    offsets = exclusive_cumsum(np.array([len(c) for c in per_string]))[7:-9]
+    results = []
+    for mode in ("numpy", "numba"):
+        monkeypatch.setenv(kernels.ENV, mode)
+        results.append(fsst.decode(CTX, _table(symbols), codes, offsets))
+    (data, bounds), (got_data, got_bounds) = results
+    assert np.array_equal(bounds, got_bounds)
+    assert np.array_equal(data, got_data)
+
+
 def _fsst_cases() -> dict[str, list[bytes]]:
     rng = np.random.default_rng(5)
     words = [b"alpha", b"beta", b"gamma ", b"delta", b"\xff\xff", b"\x00"]
@@ -140,7 +204,7 @@ def _fsst_cases() -> dict[str, list[bytes]]:
 
 
 @pytest.mark.parametrize("case", ["words", "random", "tiny"])
-def test_fsst_encoder_round_trip(case):
+def test_fsst_encoder_round_trip(case, loops):
     """Our FSST encoder's codes decode (ours) to the strings; text shrinks, every symbol is 1-8 bytes."""
     strings = _fsst_cases()[case]
     data = np.frombuffer(b"".join(strings), dtype=np.uint8)
@@ -158,7 +222,7 @@ def test_fsst_encoder_round_trip(case):
 
 
 @pytest.mark.parametrize("codes", [[255], [7], [0, 255]])
-def test_fsst_rejects_bad_codes(codes):
+def test_fsst_rejects_bad_codes(codes, loops):
     with pytest.raises(CorruptFileError):
         fsst.decode(CTX, _table([b"a"]), np.array(codes, dtype=np.uint8), np.array([0, len(codes)]))
 

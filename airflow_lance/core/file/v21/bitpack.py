@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from airflow_lance.core.file.v21 import kernels
+
 BLOCK = 1024
 ORDER = (0, 4, 2, 6, 1, 5, 3, 7)
 
@@ -41,6 +43,14 @@ def unpack(packed: np.ndarray, width: int, bits: int) -> np.ndarray:
     if width == 0:
         out[:] = 0
         return out
+    # compiled: 2-3x numpy's speed on 64-bit words, equal on 32-bit; numpy's lane slices are long
+    # enough for 8/16-bit words (64-128 values) to be the faster of the two there
+    compiled = kernels.compiled(out.size) if bits >= 32 else None
+    if compiled is not None:
+        starts = np.arange(len(packed), dtype=np.int64) * (width * lanes)
+        compiled.unpack_blocks(np.ascontiguousarray(packed).reshape(-1), starts, np.full(len(packed), width),
+                               bits, _row_bases(bits), out)
+        return out
     if width == bits:
         for row in range(bits):
             base = _row_base(row)
@@ -55,6 +65,29 @@ def unpack(packed: np.ndarray, width: int, bits: int) -> np.ndarray:
         base = _row_base(row)
         out[:, base: base + lanes] = value & mask
     return out
+
+
+def unpack_blocks(words: np.ndarray, starts: np.ndarray, widths: np.ndarray, bits: int) -> np.ndarray | None:
+    """Blocks of any widths straight out of a buffer of ``bits``-bit words (block ``b``: word
+    ``starts[b]`` on, ``widths[b]`` bits wide) -> ``(k, 1024)`` values, with the compiled loops; ``None``
+    where they do not serve (then :func:`unpack` per width). Blocks must be in bounds."""
+    compiled = kernels.compiled(len(starts) * BLOCK) if bits >= 32 else None
+    if compiled is None:
+        return None
+    out = np.empty((len(starts), BLOCK), dtype=np.dtype(f"<u{bits // 8}"))
+    compiled.unpack_blocks(words, np.asarray(starts, dtype=np.int64), np.asarray(widths, dtype=np.int64), bits,
+                           _row_bases(bits), out)
+    return out
+
+
+_ROW_BASES: dict[int, np.ndarray] = {}
+
+
+def _row_bases(bits: int) -> np.ndarray:
+    """Where every row's lanes start in a block (element numbers)."""
+    if bits not in _ROW_BASES:
+        _ROW_BASES[bits] = np.array([_row_base(row) for row in range(bits)], dtype=np.int64)
+    return _ROW_BASES[bits]
 
 
 _LANE_AND_ROW: dict[int, tuple[np.ndarray, np.ndarray]] = {}

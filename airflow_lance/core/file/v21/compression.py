@@ -285,25 +285,36 @@ def _inline_bitpacking(ctx, inline: pb.InlineBitpacking, src, buffers, counts, b
         words = src[: len(src) // word * word].view(fixed_dtype(bits))
         values = bitpack.unpack_at(words, position[owner] // word, element, width[owner], bits)
         return Fixed(values.view(np.uint8), bits, len(select))
-    widths_used = sorted_unique(width).tolist()
-    if len(widths_used) == 1:  # one width (common): the unpacked blocks need no scatter
-        w = widths_used[0]
-        packed = take_ranges(src, position, np.full(len(position), w * (bitpack.BLOCK // 8)))
-        values = bitpack.unpack(packed.view(fixed_dtype(bits)).reshape(len(position), w * bitpack.BLOCK // bits),
-                                w, bits)
-    else:
-        values = np.empty((len(position), bitpack.BLOCK), dtype=fixed_dtype(bits))
-        for w in widths_used:
-            sel = np.flatnonzero(width == w)
-            packed = take_ranges(src, position[sel], np.full(len(sel), w * (bitpack.BLOCK // 8)))
-            words = packed.view(fixed_dtype(bits)).reshape(len(sel), w * bitpack.BLOCK // bits)
-            values[sel] = bitpack.unpack(words, w, bits)
+    values = None
+    ctx.check(bool(np.all(position + width * (bitpack.BLOCK // 8) <= len(src))), "inline bit-packing block truncated")
+    if bool(np.all(position % word == 0)):  # compiled loops: every block straight out of the page
+        values = bitpack.unpack_blocks(src[: len(src) // word * word].view(fixed_dtype(bits)), position // word,
+                                       width, bits)
+    if values is None:
+        values = _unpack_by_width(src, position, width, bits)
     if bool(np.all(out_start[1:] > out_start[:-1])) and bool(np.all(take[:-1] == bitpack.BLOCK)):
         # blocks in order, all full but the last: the values are the unpacked blocks' prefix
         return Fixed(values.reshape(-1)[:total].view(np.uint8), bits, total)
     order = np.argsort(out_start, kind="stable")
     data = take_ranges(values.reshape(-1), order * bitpack.BLOCK, take[order])
     return Fixed(data.view(np.uint8), bits, total)
+
+
+def _unpack_by_width(src: np.ndarray, position: np.ndarray, width: np.ndarray, bits: int) -> np.ndarray:
+    """Inline bit-packed blocks (byte ``position``, ``width``) -> ``(k, 1024)`` values, one numpy unpack
+    per width."""
+    widths_used = sorted_unique(width).tolist()
+    if len(widths_used) == 1:  # one width (common): the unpacked blocks need no scatter
+        w = widths_used[0]
+        packed = take_ranges(src, position, np.full(len(position), w * (bitpack.BLOCK // 8)))
+        return bitpack.unpack(packed.view(fixed_dtype(bits)).reshape(len(position), w * bitpack.BLOCK // bits), w, bits)
+    values = np.empty((len(position), bitpack.BLOCK), dtype=fixed_dtype(bits))
+    for w in widths_used:
+        sel = np.flatnonzero(width == w)
+        packed = take_ranges(src, position[sel], np.full(len(sel), w * (bitpack.BLOCK // 8)))
+        words = packed.view(fixed_dtype(bits)).reshape(len(sel), w * bitpack.BLOCK // bits)
+        values[sel] = bitpack.unpack(words, w, bits)
+    return values
 
 
 def _out_of_line(ctx, ool: pb.OutOfLineBitpacking, src, buffers, counts, block) -> Block:

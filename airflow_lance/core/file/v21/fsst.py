@@ -21,6 +21,7 @@ import threading
 import numpy as np
 import pyarrow as pa
 
+from airflow_lance.core.file.v21 import kernels
 from airflow_lance.core.file.v21.util import Ctx, as_u8, exclusive_cumsum
 
 TABLE_SIZE = 8 + 256 * 8 + 256
@@ -61,6 +62,33 @@ def _pair_table(unit_bytes: np.ndarray, unit_len: np.ndarray, large: bool) -> pa
     return pa.Array.from_buffers(dtype, len(lengths), [None, offsets_buffer, pa.py_buffer(data)])
 
 
+def _decode_compiled(ctx: Ctx, compiled, symbols: np.ndarray, lengths: np.ndarray, codes: np.ndarray,
+                     offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`decode` with the compiled loops (same result): one pass sizes the output and checks the
+    codes, a second writes it 8 bytes at a time and notes the string boundaries."""
+    count = len(lengths)
+    unit_len = np.zeros(256, dtype=np.int64)
+    unit_len[:count] = lengths
+    unit_bytes = np.zeros((256, 8), dtype=np.uint8)
+    unit_bytes[:count] = symbols
+    unit_bytes[np.arange(8)[None, :] >= unit_len[:, None]] = 0  # bytes past a symbol's length
+    codes = np.ascontiguousarray(codes)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    highest = int(codes.max())
+    if highest < _ESCAPE:
+        ctx.check(highest < count, "FSST code outside the symbol table")
+        total = compiled.fsst_total(codes, unit_len)
+    else:
+        total, status = compiled.fsst_total_escaped(codes, unit_len, count)
+        ctx.check(status != 1, "FSST code outside the symbol table")
+        ctx.check(status != 2, "FSST data ends with an escape")
+    words = np.empty(total // 8 + 1, dtype=np.uint64)
+    boundary = np.empty(len(offsets), dtype=np.int64)
+    compiled.fsst_expand(codes, offsets, unit_bytes.view("<u8").reshape(256), (8 * unit_len).astype(np.uint64),
+                         words, boundary)
+    return words.view(np.uint8)[:total], boundary
+
+
 def decode(ctx: Ctx, table: bytes, codes: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Decompress strings: (codes, int64 offsets) -> (bytes, int64 offsets).
 
@@ -87,6 +115,9 @@ def decode(ctx: Ctx, table: bytes, codes: np.ndarray, offsets: np.ndarray) -> tu
               and bool(np.all(np.diff(offsets) >= 0)), "FSST offsets exceed the data")
     if n == 0:
         return codes, offsets - offsets[0]
+    compiled = kernels.compiled(n)
+    if compiled is not None:
+        return _decode_compiled(ctx, compiled, symbols, lengths, codes, offsets)
     highest = int(codes.max())
     escapes = np.flatnonzero(codes == _ESCAPE) if highest == _ESCAPE else _NONE
     if len(escapes):

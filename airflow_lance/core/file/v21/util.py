@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from airflow_lance.core._proto import encodings_v2_1_pb2 as pb
 from airflow_lance.core.errors import CorruptFileError, UnsupportedFeatureError
+from airflow_lance.core.file.v21 import kernels
 
 #: Ranges at least this long on average are gathered with pyarrow (memcpy speed).
 _LONG_RANGE = 48
@@ -133,6 +134,13 @@ def take_ranges(source: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> 
         return source[:0].copy()
     if len(starts) == 1:
         return source[int(starts[0]): int(starts[0]) + total].copy()
+    compiled = kernels.compiled(total) if source.ndim == 1 and source.flags.c_contiguous else None
+    if compiled is not None and int(starts.min()) >= 0 and int(lengths.min()) >= 0 \
+            and int((starts + lengths).max()) <= len(source):  # out of bounds: numpy raises
+        out = np.empty(total, dtype=source.dtype)
+        size = source.itemsize  # copied as bytes: one compiled loop for every dtype
+        compiled.copy_ranges(source.view(np.uint8), starts * size, lengths * size, out.view(np.uint8))
+        return out
     if total >= _LONG_RANGE * len(lengths):
         values = pa.array(source) if source.dtype != np.uint8 or source.ndim != 1 else pa.array(source, pa.uint8())
         view = pa.LargeListViewArray.from_arrays(pa.array(starts, pa.int64()), pa.array(lengths, pa.int64()), values)
