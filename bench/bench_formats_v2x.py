@@ -4,7 +4,8 @@ Usage: python bench/bench_formats_v2x.py [--rows N] [--reps 3] [--variants wide,
 
 For each anchor table (bench/anchor_data.py): pylance writes it in 2.2 (its
 default); then full scans and the [id, score] projection of that dataset by
-us and by pylance; then our 2.2 write vs pylance's 2.2 write (plus our 2.0
+us and by pylance (and, when the ``fast`` extra's compiled loops are
+installed, by us with ``AIRFLOW_LANCE_KERNELS=numpy`` as well); then our 2.2 write vs pylance's 2.2 write (plus our 2.0
 write for reference), with sizes on disk, then full scans of our 2.2 file by
 both. Reads report wall and CPU time (all threads of the process; steadier on a
 loaded machine). Medians of --reps runs; every
@@ -15,6 +16,7 @@ result is freed (and gc run) before the next repetition. Ratios: "x slower"
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import pathlib
@@ -22,7 +24,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
@@ -35,6 +37,34 @@ from bench_common import timed  # noqa: E402
 
 def disk_bytes(path: pathlib.Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def _loops() -> str:
+    """Which loops our 2.1+ decoder runs: compiled (numba, the ``fast`` extra) or numpy."""
+    from airflow_lance.core.file.v21 import kernels
+
+    return "numpy" if kernels.compiled(kernels.MIN_VALUES) is None else f"compiled (numba {numba_version()})"
+
+
+def numba_version() -> str:
+    import numba
+
+    return numba.__version__
+
+
+@contextlib.contextmanager
+def _numpy_loops() -> Iterator[None]:
+    from airflow_lance.core.file.v21 import kernels
+
+    before = os.environ.get(kernels.ENV)
+    os.environ[kernels.ENV] = "numpy"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[kernels.ENV]
+        else:
+            os.environ[kernels.ENV] = before
 
 
 def bench_variant(name: str, rows: int, reps: int, tmp: pathlib.Path) -> list[dict]:
@@ -68,6 +98,12 @@ def bench_variant(name: str, rows: int, reps: int, tmp: pathlib.Path) -> list[di
                           lambda: ours.dataset(str(pl_path)).to_table(columns=["id", "score"]), proj_mb)
     pl_proj = read_case("projection [id, score] 2.2: pylance",
                         lambda: pylance.dataset(str(pl_path)).to_table(columns=["id", "score"]), proj_mb)
+    numpy_scan = numpy_proj = None
+    if _loops() != "numpy":  # the same reads without the compiled loops (the default install)
+        with _numpy_loops():
+            numpy_scan = read_case("scan 2.2: ours, numpy loops", lambda: ours.dataset(str(pl_path)).to_table(), mb)
+            numpy_proj = read_case("projection [id, score] 2.2: ours, numpy loops",
+                                   lambda: ours.dataset(str(pl_path)).to_table(columns=["id", "score"]), proj_mb)
 
     def write_case(label: str, fn: Callable[[str], object]) -> float:
         path = tmp / f"{name}-write-{label.replace(' ', '').replace(':', '-')}"
@@ -94,6 +130,9 @@ def bench_variant(name: str, rows: int, reps: int, tmp: pathlib.Path) -> list[di
         "full scan of our file, CPU time (x more)": ours_own[1] / pl_own[1],
         "2.2 write vs pylance 2.2 write (x faster)": pl_w / ours_w,
     }
+    if numpy_scan is not None and numpy_proj is not None:
+        ratios["full scan with numpy loops vs pylance (x slower)"] = numpy_scan[0] / pl_scan[0]
+        ratios["projection with numpy loops vs pylance (x slower)"] = numpy_proj[0] / pl_proj[0]
     for key, value in ratios.items():
         results.append({"variant": name, "case": f"ratio: {key}", "ratio": value})
     return results
@@ -107,7 +146,7 @@ def main() -> None:
     parser.add_argument("--json", type=pathlib.Path)
     args = parser.parse_args()
     print(f"pylance {pylance.__version__}, rows={args.rows:,}, median of {args.reps}, "
-          f"load average {os.getloadavg()[0]:.2f}")
+          f"load average {os.getloadavg()[0]:.2f}; our decoder's loops: {_loops()}")
     all_results = []
     with tempfile.TemporaryDirectory(prefix="lance-bench-v2x-") as tmp:
         for variant in args.variants.split(","):

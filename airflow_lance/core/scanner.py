@@ -170,6 +170,8 @@ class _Plan:
     def _select(self, table: pa.Table, fragment: FragmentMetadata, offsets: np.ndarray | None) -> pa.Table:
         """Rows at physical ``offsets`` (all when None) with the special columns."""
         if offsets is None:
+            if not self.special:
+                return table
             offsets = np.arange(fragment.physical_rows, dtype=np.uint64)
         elif table.num_columns:
             table = table.take(pa.array(offsets))

@@ -191,6 +191,45 @@ def test_compiled_fsst_equals_numpy_on_inner_offsets(escapes, monkeypatch):
     assert np.array_equal(data, got_data)
 
 
+@pytest.mark.parametrize("escapes", [False, True])
+def test_fsst_strings_decoded_in_place_of_a_page(escapes, loops):
+    """``decode_ranges``: strings whose codes lie in a page with gaps between chunks (offset tables,
+    padding) decode to the per-code reference, offsets from 0."""
+    rng = np.random.default_rng(21 + escapes)
+    symbols = [bytes(rng.integers(0, 256, int(rng.integers(1, 9)), dtype=np.uint8)) for _ in range(120)]
+    page, begins, ends, strings = bytearray(), [], [], []
+    for i in range(4000):
+        if i % 100 == 0:
+            page += bytes(rng.integers(0, 256, int(rng.integers(0, 40)), dtype=np.uint8))  # a gap
+        codes = rng.integers(0, 120, int(rng.integers(0, 30))).astype(np.uint8)
+        if escapes and i % 4 == 0:
+            codes = np.concatenate([codes, np.array([255, rng.integers(0, 256)], np.uint8)])
+        begins.append(len(page))
+        page += codes.tobytes()
+        ends.append(len(page))
+        strings.append(_fsst_reference(symbols, codes, np.array([0, len(codes)]))[0])
+    src = np.frombuffer(bytes(page), dtype=np.uint8)
+    data, offsets = fsst.decode_ranges(CTX, _table(symbols), src, np.array(begins), np.array(ends))
+    assert offsets[0] == 0 and len(offsets) == len(strings) + 1
+    assert [bytes(data[a:b]) for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())] == strings
+
+
+@pytest.mark.parametrize("case", ["trailing escape", "code outside", "outside the page"])
+def test_fsst_strings_in_place_reject_bad_codes(case, monkeypatch):
+    """The compiled in-place decoder checks every string before writing: a string ending in an
+    escape, a code past the symbol table, a range past the page are CorruptFileError."""
+    monkeypatch.setenv(kernels.ENV, "numba")
+    monkeypatch.setattr(kernels, "MIN_VALUES", 0)
+    src = np.array([0, 0, 255, 0, 0], dtype=np.uint8)
+    begins, ends = {"trailing escape": ([0, 3], [3, 5]), "code outside": ([0, 3], [3, 5]),
+                    "outside the page": ([0, 3], [3, 6])}[case]
+    symbols = [b"a"] if case == "code outside" else [b"a"] * 3
+    if case == "code outside":
+        src = np.array([0, 0, 7, 0, 0], dtype=np.uint8)
+    with pytest.raises(CorruptFileError):
+        fsst.decode_ranges(CTX, _table(symbols), src, np.array(begins), np.array(ends))
+
+
 def _fsst_cases() -> dict[str, list[bytes]]:
     rng = np.random.default_rng(5)
     words = [b"alpha", b"beta", b"gamma ", b"delta", b"\xff\xff", b"\x00"]

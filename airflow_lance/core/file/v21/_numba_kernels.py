@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
 
 _JIT = {"nogil": True, "cache": True, "boundscheck": False}
 _ESCAPE = 255
@@ -46,17 +49,29 @@ def fsst_total_escaped(codes, lengths, count):  # pragma: no cover - compiled
     return total, 0
 
 
-@numba.njit(**_JIT)
-def fsst_expand(codes, offsets, symbols, bits, out, bounds):  # pragma: no cover - compiled
-    """Write the expansion of ``codes`` into ``out`` (uint64 words holding the bytes little-endian,
-    sized by :func:`fsst_total`) and the output offset of every code position in ``offsets``
-    (sorted) into ``bounds``; a position inside an escape pair counts the pair as before it.
+@intrinsic
+def _store_u64(typingctx, array, offset, value):  # pragma: no cover - compiled
+    """Store ``value`` (8 bytes, little-endian) at byte ``offset`` of a uint8 array, unaligned."""
 
-    ``symbols``: the 256 symbols as uint64 with the bytes past their length zeroed; ``bits``: 8 x
-    their lengths. The expansion accumulates in a register and is stored 64 bits at a time."""
-    acc = np.uint64(0)
-    fill = np.uint64(0)
-    word = 0
+    def codegen(context, builder, signature, args):
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        target = builder.bitcast(builder.gep(data, [args[1]]), ir.IntType(64).as_pointer())
+        builder.store(args[2], target, align=1)
+        return context.get_dummy_value()
+
+    return types.void(array, types.int64, types.uint64), codegen
+
+
+@numba.njit(**_JIT)
+def fsst_expand(codes, offsets, symbols, lengths, out, bounds):  # pragma: no cover - compiled
+    """Write the expansion of ``codes`` into ``out`` (uint8, 8 bytes longer than :func:`fsst_total`)
+    and the output offset of every code position in ``offsets`` (sorted) into ``bounds``; a
+    position inside an escape pair counts the pair as before it.
+
+    Every symbol (``symbols``: the 256 symbols as uint64) is stored as a whole 8-byte word and the
+    output advances by its length: the next symbol overwrites the bytes past it, no branch on the
+    length."""
+    pos = 0
     i = 0
     n = len(codes)
     m = len(offsets)
@@ -65,24 +80,78 @@ def fsst_expand(codes, offsets, symbols, bits, out, bounds):  # pragma: no cover
         while i < stop:
             c = codes[i]
             if c == _ESCAPE:
-                value = np.uint64(codes[i + 1])
-                width = np.uint64(8)
+                out[pos] = codes[i + 1]
+                pos += 1
                 i += 2
             else:
-                value = symbols[c]
-                width = bits[c]
+                _store_u64(out, pos, symbols[c])
+                pos += lengths[c]
                 i += 1
-            acc |= value << fill  # fill < 64
-            fill += width
-            if fill >= np.uint64(64):
-                out[word] = acc
-                word += 1
-                fill -= np.uint64(64)
-                acc = value >> (width - fill) if fill > np.uint64(0) else np.uint64(0)
         if s < m:
-            bounds[s] = word * 8 + np.int64(fill >> np.uint64(3))
-    if fill > np.uint64(0):
-        out[word] = acc
+            bounds[s] = pos
+
+
+@numba.njit(**_JIT)
+def fsst_total_ranges(codes, begins, ends, lengths):  # pragma: no cover - compiled
+    """Bytes the codes ``codes[begins[r]:ends[r]]`` expand to if none is an escape, and the
+    highest code (an escape or a code outside the table: see :func:`fsst_total_ranges_escaped`),
+    from a histogram of the codes."""
+    counts = np.zeros(256, np.int64)
+    for r in range(len(begins)):
+        for i in range(begins[r], ends[r]):
+            counts[codes[i]] += 1
+    total = 0
+    highest = 0
+    for c in range(256):
+        if counts[c]:
+            total += counts[c] * lengths[c]
+            highest = c
+    return total, highest
+
+
+@numba.njit(**_JIT)
+def fsst_total_ranges_escaped(codes, begins, ends, lengths, count):  # pragma: no cover - compiled
+    """:func:`fsst_total_ranges` for strings with escapes (255: the next byte is a literal), and a
+    status: 0 ok, 1 a code outside the symbol table, 2 a string ends with an escape."""
+    total = 0
+    for s in range(len(begins)):
+        i = begins[s]
+        end = ends[s]
+        while i < end:
+            c = codes[i]
+            if c == _ESCAPE:
+                if i + 1 >= end:
+                    return total, 2
+                total += 1
+                i += 2
+            else:
+                if c >= count:
+                    return total, 1
+                total += lengths[c]
+                i += 1
+    return total, 0
+
+
+@numba.njit(**_JIT)
+def fsst_expand_ranges(codes, begins, ends, symbols, lengths, out, bounds):  # pragma: no cover - compiled
+    """:func:`fsst_expand` of the strings ``codes[begins[s]:ends[s]]`` (checked by the total
+    functions): ``bounds`` gets every string's output offset and the total."""
+    pos = 0
+    for s in range(len(begins)):
+        bounds[s] = pos
+        i = begins[s]
+        end = ends[s]
+        while i < end:
+            c = codes[i]
+            if c == _ESCAPE:
+                out[pos] = codes[i + 1]
+                pos += 1
+                i += 2
+            else:
+                _store_u64(out, pos, symbols[c])
+                pos += lengths[c]
+                i += 1
+    bounds[len(begins)] = pos
 
 
 @numba.njit(**_JIT)

@@ -177,16 +177,56 @@ def _constant(ctx, constant: pb.Constant, src, buffers, counts, block) -> Block:
     return Fixed(np.tile(value, total), 8 * len(value), total)
 
 
-def _variable(ctx, variable: pb.Variable, src, buffers, counts, block, select=None) -> Block:
-    starts, sizes = _one(ctx, buffers, "variable")
+def _variable_bits(ctx, variable: pb.Variable) -> int:
     if kind(variable.offsets) != "flat" or variable.offsets.flat.bits_per_value not in (32, 64):
         raise ctx.unsupported("variable offsets that are not flat 32/64-bit")
     if variable.HasField("values"):
         raise ctx.unsupported("compressed variable-width values")
-    bits = variable.offsets.flat.bits_per_value
-    width = bits // 8
+    return variable.offsets.flat.bits_per_value
+
+
+def _variable(ctx, variable: pb.Variable, src, buffers, counts, block, select=None) -> Block:
+    starts, sizes = _one(ctx, buffers, "variable")
+    bits = _variable_bits(ctx, variable)
     if block:
         return _variable_block(ctx, src, starts, sizes, counts, bits)
+    offsets, ends, first, last = _variable_chunks(ctx, src, starts, sizes, counts, bits)
+    lengths = last - first
+    if select is not None:  # only the selected values' bytes are copied
+        value_start, value_end = _value_ranges(offsets, ends, starts, counts)
+        begin, size = value_start[select], (value_end - value_start)[select]
+        return Variable(exclusive_cumsum(size), take_ranges(src, begin, size), len(select))
+    data = take_ranges(src, starts + first, lengths)
+    keep = np.ones(len(offsets), dtype=bool)
+    keep[ends[1:] - 1] = False
+    shift = np.repeat(first - exclusive_cumsum(lengths)[:-1], counts)
+    out = np.empty(int(counts.sum()) + 1, dtype=np.int64)
+    out[:-1] = offsets[keep] - shift
+    out[-1] = int(lengths.sum())
+    return Variable(out, data, int(counts.sum()))
+
+
+def _value_ranges(offsets: np.ndarray, ends: np.ndarray, starts: np.ndarray, counts: np.ndarray):
+    """Where every value's bytes are in the page: (begin, end) byte positions."""
+    keep = np.ones(len(offsets), dtype=bool)
+    keep[ends[1:] - 1] = False
+    value_start = offsets[keep] + np.repeat(starts, counts)
+    value_end = offsets[1:][keep[:-1]] + np.repeat(starts, counts)
+    return value_start, value_end
+
+
+def variable_value_ranges(ctx, variable: pb.Variable, src, buffers, counts) -> tuple[np.ndarray, np.ndarray]:
+    """The (begin, end) byte positions in ``src`` of every value of mini-block variable-width chunks,
+    checked, without copying the bytes (for decoders that read them in place)."""
+    starts, sizes = _one(ctx, buffers, "variable")
+    offsets, ends, _, _ = _variable_chunks(ctx, src, starts, sizes, counts, _variable_bits(ctx, variable))
+    return _value_ranges(offsets, ends, starts, counts)
+
+
+def _variable_chunks(ctx, src, starts, sizes, counts, bits):
+    """Every chunk's value offsets (``counts + 1`` per chunk, back to back), where each chunk's run of
+    offsets ends, and each chunk's first and last offset; checked."""
+    width = bits // 8
     ctx.check(bool(np.all(starts % width == 0)), "unaligned variable-width chunk")
     ctx.check(bool(np.all(sizes >= (counts + 1) * width)), "variable-width chunk shorter than its offsets")
     words = src[: len(src) // width * width].view(fixed_dtype(bits))
@@ -199,22 +239,7 @@ def _variable(ctx, variable: pb.Variable, src, buffers, counts, block, select=No
     boundary = ends[1:-1] - 1
     steps[boundary] = 0
     ctx.check(bool(np.all(steps >= 0)), "variable-width offsets are not monotonic")
-    lengths = last - first
-    if select is not None:  # only the selected values' bytes are copied
-        keep = np.ones(len(offsets), dtype=bool)
-        keep[ends[1:] - 1] = False
-        value_start = offsets[keep] + np.repeat(starts, counts)
-        value_end = offsets[1:][keep[:-1]] + np.repeat(starts, counts)
-        begin, size = value_start[select], (value_end - value_start)[select]
-        return Variable(exclusive_cumsum(size), take_ranges(src, begin, size), len(select))
-    data = take_ranges(src, starts + first, lengths)
-    keep = np.ones(len(offsets), dtype=bool)
-    keep[ends[1:] - 1] = False
-    shift = np.repeat(first - exclusive_cumsum(lengths)[:-1], counts)
-    out = np.empty(int(counts.sum()) + 1, dtype=np.int64)
-    out[:-1] = offsets[keep] - shift
-    out[-1] = int(lengths.sum())
-    return Variable(out, data, int(counts.sum()))
+    return offsets, ends, first, last
 
 
 def _variable_block(ctx, src, starts, sizes, counts, bits) -> Block:
@@ -411,6 +436,10 @@ def _general(ctx, general: pb.General, src, buffers, counts, block, select=None)
 
 
 def _fsst(ctx, fsst_: pb.Fsst, src, buffers, counts, block, select=None) -> Block:
+    if not block and select is None and kind(fsst_.values) == "variable":  # the codes decoded in place
+        begins, ends = variable_value_ranges(ctx, fsst_.values.variable, src, buffers, counts)
+        data, offsets = fsst.decode_ranges(ctx, fsst_.symbol_table, src, begins, ends)
+        return Variable(offsets, data, len(begins))
     inner = decode(ctx, fsst_.values, src, buffers, counts, block=block, select=select)
     if not isinstance(inner, Variable):
         raise ctx.corrupt("FSST data is not variable-width")

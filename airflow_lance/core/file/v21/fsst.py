@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from airflow_lance.core.file.v21 import kernels
-from airflow_lance.core.file.v21.util import Ctx, as_u8, exclusive_cumsum
+from airflow_lance.core.file.v21.util import Ctx, as_u8, exclusive_cumsum, take_ranges
 
 TABLE_SIZE = 8 + 256 * 8 + 256
 #: Fewer codes than this are expanded one unit at a time (building the pair table costs more).
@@ -65,13 +65,12 @@ def _pair_table(unit_bytes: np.ndarray, unit_len: np.ndarray, large: bool) -> pa
 def _decode_compiled(ctx: Ctx, compiled, symbols: np.ndarray, lengths: np.ndarray, codes: np.ndarray,
                      offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """:func:`decode` with the compiled loops (same result): one pass sizes the output and checks the
-    codes, a second writes it 8 bytes at a time and notes the string boundaries."""
+    codes, a second writes it, a symbol per 8-byte store, and notes the string boundaries."""
     count = len(lengths)
     unit_len = np.zeros(256, dtype=np.int64)
     unit_len[:count] = lengths
     unit_bytes = np.zeros((256, 8), dtype=np.uint8)
     unit_bytes[:count] = symbols
-    unit_bytes[np.arange(8)[None, :] >= unit_len[:, None]] = 0  # bytes past a symbol's length
     codes = np.ascontiguousarray(codes)
     offsets = np.asarray(offsets, dtype=np.int64)
     highest = int(codes.max())
@@ -82,11 +81,60 @@ def _decode_compiled(ctx: Ctx, compiled, symbols: np.ndarray, lengths: np.ndarra
         total, status = compiled.fsst_total_escaped(codes, unit_len, count)
         ctx.check(status != 1, "FSST code outside the symbol table")
         ctx.check(status != 2, "FSST data ends with an escape")
-    words = np.empty(total // 8 + 1, dtype=np.uint64)
+    out = np.empty(total + 8, dtype=np.uint8)  # the last symbol's 8-byte store runs past the end
     boundary = np.empty(len(offsets), dtype=np.int64)
-    compiled.fsst_expand(codes, offsets, unit_bytes.view("<u8").reshape(256), (8 * unit_len).astype(np.uint64),
-                         words, boundary)
-    return words.view(np.uint8)[:total], boundary
+    compiled.fsst_expand(codes, offsets, unit_bytes.view("<u8").reshape(256), unit_len, out, boundary)
+    return out[:total], boundary
+
+
+def decode_ranges(ctx: Ctx, table: bytes, src: np.ndarray, begins: np.ndarray,
+                  ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Decompress the strings whose codes are ``src[begins[i]:ends[i]]`` (in place in a page, not
+    copied first when the compiled loops serve) -> (bytes, int64 offsets from 0)."""
+    begins = np.asarray(begins, dtype=np.int64)
+    ends = np.asarray(ends, dtype=np.int64)
+    ctx.check(len(begins) == 0 or (int(begins.min()) >= 0 and int(ends.max()) <= len(src)
+                                   and bool(np.all(begins <= ends))), "FSST strings outside their page")
+    ctx.check(len(table) >= 8, "FSST symbol table too short")
+    header = int.from_bytes(table[:8], "little")
+    ctx.check(header >> 32 == _MAGIC, "bad FSST symbol table magic")
+    compiled = kernels.compiled(int((ends - begins).sum())) if (header >> 24) & 1 else None
+    if compiled is None:  # copy the codes together, then decode them
+        codes = take_ranges(src, begins, ends - begins)
+        data, offsets = decode(ctx, table, codes, exclusive_cumsum(ends - begins))
+        return data, offsets - offsets[0]
+    symbols, lengths = _symbols(ctx, table, header)
+    count = len(lengths)
+    unit_len = np.zeros(256, dtype=np.int64)
+    unit_len[:count] = lengths
+    unit_bytes = np.zeros((256, 8), dtype=np.uint8)
+    unit_bytes[:count] = symbols
+    codes = as_u8(src)
+    # the strings' codes as runs of adjacent strings (a chunk's strings are back to back)
+    breaks = np.flatnonzero(begins[1:] != ends[:-1]) + 1
+    run_begins = begins[np.concatenate([[0], breaks])] if len(begins) else begins
+    run_ends = ends[np.concatenate([breaks - 1, [len(ends) - 1]])] if len(ends) else ends
+    total, highest = compiled.fsst_total_ranges(codes, run_begins, run_ends, unit_len)
+    if highest == _ESCAPE:
+        total, status = compiled.fsst_total_ranges_escaped(codes, begins, ends, unit_len, count)
+        ctx.check(status != 1, "FSST code outside the symbol table")
+        ctx.check(status != 2, "FSST data ends with an escape")
+    else:
+        ctx.check(highest < count or len(begins) == 0, "FSST code outside the symbol table")
+    out = np.empty(total + 8, dtype=np.uint8)  # the last symbol's 8-byte store runs past the end
+    boundary = np.empty(len(begins) + 1, dtype=np.int64)
+    compiled.fsst_expand_ranges(codes, begins, ends, unit_bytes.view("<u8").reshape(256), unit_len, out, boundary)
+    return out[:total], boundary
+
+
+def _symbols(ctx: Ctx, table: bytes, header: int) -> tuple[np.ndarray, np.ndarray]:
+    """The symbol table's symbols ``(count, 8)`` and lengths (int64), checked."""
+    count = header & 0xFF
+    ctx.check(count < 256 and len(table) >= 8 + 9 * count, "FSST symbol table truncated")
+    symbols = np.frombuffer(table, dtype=np.uint8, count=8 * count, offset=8).reshape(count, 8)
+    lengths = np.frombuffer(table, dtype=np.uint8, count=count, offset=8 + 8 * count).astype(np.int64)
+    ctx.check(bool(np.all((lengths >= 1) & (lengths <= 8))), "bad FSST symbol length")
+    return symbols, lengths
 
 
 def decode(ctx: Ctx, table: bytes, codes: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -104,11 +152,8 @@ def decode(ctx: Ctx, table: bytes, codes: np.ndarray, offsets: np.ndarray) -> tu
     ctx.check(header >> 32 == _MAGIC, "bad FSST symbol table magic")
     if not (header >> 24) & 1:
         return codes, offsets
-    count = header & 0xFF
-    ctx.check(count < 256 and len(table) >= 8 + 9 * count, "FSST symbol table truncated")
-    symbols = np.frombuffer(table, dtype=np.uint8, count=8 * count, offset=8).reshape(count, 8)
-    lengths = np.frombuffer(table, dtype=np.uint8, count=count, offset=8 + 8 * count).astype(np.int64)
-    ctx.check(bool(np.all((lengths >= 1) & (lengths <= 8))), "bad FSST symbol length")
+    symbols, lengths = _symbols(ctx, table, header)
+    count = len(lengths)
     codes = as_u8(codes)
     n = len(codes)
     ctx.check(len(offsets) >= 1 and int(offsets[0]) >= 0 and int(offsets[-1]) <= n
