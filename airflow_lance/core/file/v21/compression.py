@@ -42,7 +42,7 @@ import numpy as np
 
 from airflow_lance.core._proto import encodings_v2_1_pb2 as pb
 from airflow_lance.core.arrays import sorted_unique
-from airflow_lance.core.file.v21 import bitpack, fsst
+from airflow_lance.core.file.v21 import bitpack, fsst, kernels
 from airflow_lance.core.file.v21.blocks import Block, Fixed, Fsl, Struct, Variable, take
 from airflow_lance.core.file.v21.util import (
     Ctx,
@@ -436,7 +436,8 @@ def _general(ctx, general: pb.General, src, buffers, counts, block, select=None)
 
 
 def _fsst(ctx, fsst_: pb.Fsst, src, buffers, counts, block, select=None) -> Block:
-    if not block and select is None and kind(fsst_.values) == "variable":  # the codes decoded in place
+    if not block and select is None and kind(fsst_.values) == "variable" \
+            and kernels.compiled(kernels.MIN_VALUES) is not None:  # compiled: the codes decoded in place
         begins, ends = variable_value_ranges(ctx, fsst_.values.variable, src, buffers, counts)
         data, offsets = fsst.decode_ranges(ctx, fsst_.symbol_table, src, begins, ends)
         return Variable(offsets, data, len(begins))
