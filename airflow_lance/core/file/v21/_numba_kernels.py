@@ -18,37 +18,6 @@ _JIT = {"nogil": True, "cache": True, "boundscheck": False}
 _ESCAPE = 255
 
 
-@numba.njit(**_JIT)
-def fsst_total(codes, lengths):  # pragma: no cover - compiled
-    """Bytes the codes expand to, for codes without escapes (the caller checks them)."""
-    total = 0
-    for i in range(len(codes)):
-        total += lengths[codes[i]]
-    return total
-
-
-@numba.njit(**_JIT)
-def fsst_total_escaped(codes, lengths, count):  # pragma: no cover - compiled
-    """:func:`fsst_total` for codes with escapes (255: the next byte is a literal), and a status:
-    0 ok, 1 a code outside the symbol table, 2 the data ends with an escape."""
-    n = len(codes)
-    total = 0
-    i = 0
-    while i < n:
-        c = codes[i]
-        if c == _ESCAPE:
-            if i + 1 >= n:
-                return total, 2
-            total += 1
-            i += 2
-        else:
-            if c >= count:
-                return total, 1
-            total += lengths[c]
-            i += 1
-    return total, 0
-
-
 @intrinsic
 def _store_u64(typingctx, array, offset, value):  # pragma: no cover - compiled
     """Store ``value`` (8 bytes, little-endian) at byte ``offset`` of a uint8 array, unaligned."""
@@ -60,35 +29,6 @@ def _store_u64(typingctx, array, offset, value):  # pragma: no cover - compiled
         return context.get_dummy_value()
 
     return types.void(array, types.int64, types.uint64), codegen
-
-
-@numba.njit(**_JIT)
-def fsst_expand(codes, offsets, symbols, lengths, out, bounds):  # pragma: no cover - compiled
-    """Write the expansion of ``codes`` into ``out`` (uint8, 8 bytes longer than :func:`fsst_total`)
-    and the output offset of every code position in ``offsets`` (sorted) into ``bounds``; a
-    position inside an escape pair counts the pair as before it.
-
-    Every symbol (``symbols``: the 256 symbols as uint64) is stored as a whole 8-byte word and the
-    output advances by its length: the next symbol overwrites the bytes past it, no branch on the
-    length."""
-    pos = 0
-    i = 0
-    n = len(codes)
-    m = len(offsets)
-    for s in range(m + 1):
-        stop = offsets[s] if s < m else n
-        while i < stop:
-            c = codes[i]
-            if c == _ESCAPE:
-                out[pos] = codes[i + 1]
-                pos += 1
-                i += 2
-            else:
-                _store_u64(out, pos, symbols[c])
-                pos += lengths[c]
-                i += 1
-        if s < m:
-            bounds[s] = pos
 
 
 @numba.njit(**_JIT)
@@ -134,8 +74,13 @@ def fsst_total_ranges_escaped(codes, begins, ends, lengths, count):  # pragma: n
 
 @numba.njit(**_JIT)
 def fsst_expand_ranges(codes, begins, ends, symbols, lengths, out, bounds):  # pragma: no cover - compiled
-    """:func:`fsst_expand` of the strings ``codes[begins[s]:ends[s]]`` (checked by the total
-    functions): ``bounds`` gets every string's output offset and the total."""
+    """Write the expansion of the strings ``codes[begins[s]:ends[s]]`` (checked by the total
+    functions) into ``out`` (uint8, 8 bytes longer than the total) and every string's output offset
+    and the total into ``bounds``.
+
+    Every symbol (``symbols``: the 256 symbols as uint64) is stored as a whole 8-byte word and the
+    output advances by its length: the next symbol overwrites the bytes past it, no branch on the
+    length."""
     pos = 0
     for s in range(len(begins)):
         bounds[s] = pos

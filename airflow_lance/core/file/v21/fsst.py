@@ -64,27 +64,39 @@ def _pair_table(unit_bytes: np.ndarray, unit_len: np.ndarray, large: bool) -> pa
 
 def _decode_compiled(ctx: Ctx, compiled, symbols: np.ndarray, lengths: np.ndarray, codes: np.ndarray,
                      offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`decode` with the compiled loops (same result): one pass sizes the output and checks the
-    codes, a second writes it, a symbol per 8-byte store, and notes the string boundaries."""
+    """:func:`decode` with the compiled loops: the codes before, between and after the offsets as
+    strings (an escape pair cannot span an offset)."""
+    offsets = np.asarray(offsets, dtype=np.int64)
+    edges = np.concatenate([[0], offsets, [len(codes)]])
+    data, bounds = _expand(ctx, compiled, symbols, lengths, np.ascontiguousarray(codes), edges[:-1], edges[1:])
+    return data, bounds[1:-1]
+
+
+def _expand(ctx: Ctx, compiled, symbols: np.ndarray, lengths: np.ndarray, codes: np.ndarray, begins: np.ndarray,
+            ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The strings ``codes[begins[i]:ends[i]]`` (in bounds, sorted) expanded by the compiled loops ->
+    (bytes, offsets from 0): one pass sizes the output and checks the codes, a second writes it, a
+    symbol per 8-byte store."""
     count = len(lengths)
     unit_len = np.zeros(256, dtype=np.int64)
     unit_len[:count] = lengths
     unit_bytes = np.zeros((256, 8), dtype=np.uint8)
     unit_bytes[:count] = symbols
-    codes = np.ascontiguousarray(codes)
-    offsets = np.asarray(offsets, dtype=np.int64)
-    highest = int(codes.max())
-    if highest < _ESCAPE:
-        ctx.check(highest < count, "FSST code outside the symbol table")
-        total = compiled.fsst_total(codes, unit_len)
-    else:
-        total, status = compiled.fsst_total_escaped(codes, unit_len, count)
+    # the strings' codes as runs of adjacent strings (a chunk's strings are back to back)
+    breaks = np.flatnonzero(begins[1:] != ends[:-1]) + 1
+    run_begins = begins[np.concatenate([[0], breaks])] if len(begins) else begins
+    run_ends = ends[np.concatenate([breaks - 1, [len(ends) - 1]])] if len(ends) else ends
+    total, highest = compiled.fsst_total_ranges(codes, run_begins, run_ends, unit_len)
+    if highest == _ESCAPE:
+        total, status = compiled.fsst_total_ranges_escaped(codes, begins, ends, unit_len, count)
         ctx.check(status != 1, "FSST code outside the symbol table")
         ctx.check(status != 2, "FSST data ends with an escape")
+    else:
+        ctx.check(highest < count or len(begins) == 0, "FSST code outside the symbol table")
     out = np.empty(total + 8, dtype=np.uint8)  # the last symbol's 8-byte store runs past the end
-    boundary = np.empty(len(offsets), dtype=np.int64)
-    compiled.fsst_expand(codes, offsets, unit_bytes.view("<u8").reshape(256), unit_len, out, boundary)
-    return out[:total], boundary
+    bounds = np.empty(len(begins) + 1, dtype=np.int64)
+    compiled.fsst_expand_ranges(codes, begins, ends, unit_bytes.view("<u8").reshape(256), unit_len, out, bounds)
+    return out[:total], bounds
 
 
 def decode_ranges(ctx: Ctx, table: bytes, src: np.ndarray, begins: np.ndarray,
@@ -104,27 +116,7 @@ def decode_ranges(ctx: Ctx, table: bytes, src: np.ndarray, begins: np.ndarray,
         data, offsets = decode(ctx, table, codes, exclusive_cumsum(ends - begins))
         return data, offsets - offsets[0]
     symbols, lengths = _symbols(ctx, table, header)
-    count = len(lengths)
-    unit_len = np.zeros(256, dtype=np.int64)
-    unit_len[:count] = lengths
-    unit_bytes = np.zeros((256, 8), dtype=np.uint8)
-    unit_bytes[:count] = symbols
-    codes = as_u8(src)
-    # the strings' codes as runs of adjacent strings (a chunk's strings are back to back)
-    breaks = np.flatnonzero(begins[1:] != ends[:-1]) + 1
-    run_begins = begins[np.concatenate([[0], breaks])] if len(begins) else begins
-    run_ends = ends[np.concatenate([breaks - 1, [len(ends) - 1]])] if len(ends) else ends
-    total, highest = compiled.fsst_total_ranges(codes, run_begins, run_ends, unit_len)
-    if highest == _ESCAPE:
-        total, status = compiled.fsst_total_ranges_escaped(codes, begins, ends, unit_len, count)
-        ctx.check(status != 1, "FSST code outside the symbol table")
-        ctx.check(status != 2, "FSST data ends with an escape")
-    else:
-        ctx.check(highest < count or len(begins) == 0, "FSST code outside the symbol table")
-    out = np.empty(total + 8, dtype=np.uint8)  # the last symbol's 8-byte store runs past the end
-    boundary = np.empty(len(begins) + 1, dtype=np.int64)
-    compiled.fsst_expand_ranges(codes, begins, ends, unit_bytes.view("<u8").reshape(256), unit_len, out, boundary)
-    return out[:total], boundary
+    return _expand(ctx, compiled, symbols, lengths, as_u8(src), begins, ends)
 
 
 def _symbols(ctx: Ctx, table: bytes, header: int) -> tuple[np.ndarray, np.ndarray]:

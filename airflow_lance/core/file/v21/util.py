@@ -134,7 +134,8 @@ def take_ranges(source: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> 
         return source[:0].copy()
     if len(starts) == 1:
         return source[int(starts[0]): int(starts[0]) + total].copy()
-    compiled = kernels.compiled(total) if source.ndim == 1 and source.flags.c_contiguous else None
+    plain = source.ndim == 1 and source.flags.c_contiguous and not source.dtype.hasobject
+    compiled = kernels.compiled(total) if plain else None
     if compiled is not None and int(starts.min()) >= 0 and int(lengths.min()) >= 0 \
             and int((starts + lengths).max()) <= len(source):  # out of bounds: numpy raises
         out = np.empty(total, dtype=source.dtype)
