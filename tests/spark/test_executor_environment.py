@@ -44,8 +44,8 @@ def test_requirements_are_the_packages_the_shipped_code_imports_with_the_package
     # nothing Airflow, nothing only an optional store backend brings
     assert not {"apache-airflow", "psutil", "s3fs", "adlfs", "gcsfs", "pyspark"} & set(found)
     # every import of the shipped code is the stdlib, PySpark, a requirement, a lazily imported store
-    # backend or numba (the ``fast`` extra's compiled decode loops, imported when first needed)
-    optional = {"adlfs", "azure", "botocore", "gcsfs", "s3fs", "google", "numba"}
+    # backend or numba and its llvmlite (the ``fast`` extra's compiled decode loops, imported when first needed)
+    optional = {"adlfs", "azure", "botocore", "gcsfs", "s3fs", "google", "numba", "llvmlite"}
     modules = {m.split(".")[0] for m in environment.imported_modules(ROOT)}
     required = {m.split(".")[0] for r in found.values() for m in r["modules"]}
     assert modules - required - optional - environment.PROVIDED_BY_SPARK == set()
