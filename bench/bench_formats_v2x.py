@@ -43,13 +43,8 @@ def _loops() -> str:
     """Which loops our 2.1+ decoder runs: compiled (numba, the ``fast`` extra) or numpy."""
     from airflow_lance.core.file.v21 import kernels
 
-    return "numpy" if kernels.compiled(kernels.MIN_VALUES) is None else f"compiled (numba {numba_version()})"
-
-
-def numba_version() -> str:
-    import numba
-
-    return numba.__version__
+    compiled = kernels.compiled(kernels.MIN_VALUES)
+    return "numpy" if compiled is None else f"compiled (numba {compiled.numba.__version__})"
 
 
 @contextlib.contextmanager

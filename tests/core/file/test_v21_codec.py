@@ -80,6 +80,20 @@ def test_compiled_unpack_equals_numpy_for_every_width(bits, monkeypatch):
         assert got.dtype == expected.dtype and np.array_equal(got, expected), width
 
 
+def test_dictionary_take_of_strings_checks_indices(loops):
+    """Dictionary-encoded strings: an index past the dictionary is a CorruptFileError (the compiled
+    loop would read out of bounds); a null slot's index is never looked at."""
+    from airflow_lance.core.file.v21 import read
+    from airflow_lance.core.file.v21.blocks import Fixed, Variable
+
+    dictionary = Variable(np.array([0, 1, 3]), np.frombuffer(b"abc", dtype=np.uint8), 2)
+    indices = Fixed(np.array([1, 0, 9], dtype=np.uint8), 8, 3)
+    got = read._dictionary_take(CTX, dictionary, indices, 3, np.array([True, True, False]), pa.string())
+    assert got.equals(pa.array(["bc", "a", None], pa.string()))
+    with pytest.raises(CorruptFileError, match="dictionary index out of range"):
+        read._dictionary_take(CTX, dictionary, indices, 3, None, pa.string())
+
+
 def test_kernel_mode_setting(monkeypatch):
     """``AIRFLOW_LANCE_KERNELS``: a typo is an error, not the default; ``numba`` without numba is an
     error; small inputs never load the kernels."""
