@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset  # noqa: F401 - evaluates {name: expression} projections
 
 from airflow_lance.core import auto_cleanup, feature_flags, metadata
+from airflow_lance.core.arrays import arrow_dataset
 from airflow_lance.core.file.legacy_writer import GROUP_ROWS
 from airflow_lance.core.layout import ManifestNamingScheme
 from airflow_lance.core.commit import DEFAULT_IDEMPOTENCY_LOOKBACK, commit_transaction
@@ -94,7 +94,7 @@ def _compile_projections(
 
 
 def _project(table: pa.Table, projections: Mapping[str, pc.Expression]) -> pa.Table:
-    return pa.dataset.dataset(table).to_table(columns=dict(projections))
+    return arrow_dataset().dataset(table).to_table(columns=dict(projections))
 
 
 def version_summary(manifest: Any) -> dict[str, str]:

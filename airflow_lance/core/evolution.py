@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 
 from airflow_lance.core import feature_flags
 from airflow_lance.core._proto import file_pb2, table_pb2
+from airflow_lance.core.arrays import arrow_dataset
 from airflow_lance.core.deletion import deletion_path, keep_mask, read_deletion_vector
 from airflow_lance.core.errors import (
     CommitConflictError,
@@ -268,19 +269,19 @@ def _sql_compute(transforms: Mapping[Any, Any], schema: LanceSchema) -> _Compute
             raise SchemaEvolutionError(f"expression {sql!r} of column {name!r}: {exc}") from exc
         read += [c for c in needed if c not in read]
     empty = pa.schema([arrow.field(c) for c in read]).empty_table()
-    sample = pa.dataset.dataset(empty).to_table(columns=expressions)
+    sample = arrow_dataset().dataset(empty).to_table(columns=expressions)
     # pylance's nullability (DataFusion's): literals and non-null columns through null-preserving
     # operators give a non-nullable column; a row that is null anyway is an error below. An
     # expression of literals only is folded to a constant: nullable only if that is null.
     constants = {n: e for n, e in expressions.items() if not needed_by[n]}
     if constants:
-        folded = pa.dataset.dataset(pa.table({"_": [0]})).to_table(columns=constants)
+        folded = arrow_dataset().dataset(pa.table({"_": [0]})).to_table(columns=constants)
         nullable.update({n: folded.column(n).null_count > 0 for n in constants})
     output = pa.schema([pa.field(n, t, nullable[n]) for n, t in zip(sample.schema.names, sample.schema.types)])
 
     def fn(batch: pa.RecordBatch) -> pa.RecordBatch:
         try:
-            table = pa.dataset.dataset(pa.Table.from_batches([batch])).to_table(columns=expressions)
+            table = arrow_dataset().dataset(pa.Table.from_batches([batch])).to_table(columns=expressions)
             for field, column in zip(output, table.columns):
                 if not field.nullable and column.null_count:
                     raise SchemaEvolutionError(f"column {field.name!r} is not nullable but its expression "

@@ -30,12 +30,12 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset  # noqa: F401 - pa.dataset evaluates projections
 import sqlglot
 from sqlglot import exp, tokens
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, TokenError
 
+from airflow_lance.core.arrays import arrow_dataset
 from airflow_lance.core.errors import InvalidInputError
 
 __all__ = ["referenced_columns", "to_expression", "value_expression"]
@@ -134,7 +134,7 @@ def translate_value(sql: str, schema: pa.Schema) -> tuple[pc.Expression, list[st
     expression = operand.expr
     fields = [schema.field(name) for name in translator.columns]
     try:
-        pa.dataset.dataset(pa.schema(fields).empty_table()).to_table(columns={"value": expression})
+        arrow_dataset().dataset(pa.schema(fields).empty_table()).to_table(columns={"value": expression})
     except _ARROW_ERRORS as error:
         raise InvalidInputError(f"cannot evaluate expression {sql!r}: {str(error).splitlines()[0]}") from None
     return expression, translator.columns, operand.nullable

@@ -7,11 +7,11 @@ pandas is imported only when the data is a DataFrame: the core works without it.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.dataset  # noqa: F401 - pa.dataset.Dataset/Scanner
 
 from airflow_lance.core.errors import InvalidInputError
 
@@ -40,8 +40,9 @@ def coerce_data(data: Any, schema: pa.Schema | None) -> Any:
             return pa.Table.from_pylist(data, schema=schema)
         if _is_lance_dataset(data):
             return pa.RecordBatchReader.from_batches(data.schema, data.to_batches())
-        if isinstance(data, (pa.dataset.Dataset, pa.dataset.Scanner)):
-            return data.to_reader() if isinstance(data, pa.dataset.Scanner) else data.scanner().to_reader()
+        datasets = sys.modules.get("pyarrow.dataset")  # not imported: data is none of its objects
+        if datasets is not None and isinstance(data, (datasets.Dataset, datasets.Scanner)):
+            return data.to_reader() if isinstance(data, datasets.Scanner) else data.scanner().to_reader()
     except _ARROW_ERRORS as exc:
         raise InvalidInputError(f"cannot convert {type(data).__name__} to Arrow: {exc}") from exc
     return data

@@ -26,10 +26,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset  # noqa: F401 - evaluates {name: expression} projections
 
 from airflow_lance.core import feature_flags, rowids
-from airflow_lance.core.arrays import sorted_unique
+from airflow_lance.core.arrays import arrow_dataset, sorted_unique
 from airflow_lance.core.deletion import deletion_path, keep_mask, read_deletion_vector
 from airflow_lance.core.errors import (
     CorruptFileError,
@@ -95,7 +94,7 @@ def _rows(table: pa.Table, count: int) -> pa.Table:
 def _filter_mask(table: pa.Table, expression: pc.Expression) -> pa.ChunkedArray:
     """The filter evaluated over the filter's own columns only (nulls: not selected)."""
     try:
-        return pa.dataset.dataset(table).to_table(columns={"keep": expression}).column("keep")
+        return arrow_dataset().dataset(table).to_table(columns={"keep": expression}).column("keep")
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
         raise InvalidInputError(f"filter {expression} cannot be evaluated: {exc}") from exc
 
@@ -279,7 +278,7 @@ class _Plan:
         """Shape a table from ``read``/``take`` into the output columns."""
         if self.projections is not None:
             try:
-                out = pa.dataset.dataset(table).to_table(columns=dict(self.projections))
+                out = arrow_dataset().dataset(table).to_table(columns=dict(self.projections))
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
                 raise InvalidInputError(f"projection cannot be evaluated: {exc}") from exc
             for name in self.extra:

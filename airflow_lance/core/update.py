@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset  # noqa: F401 - evaluates {name: expression} projections
 
 from airflow_lance.core import rowids
 from airflow_lance.core._proto import table_pb2
+from airflow_lance.core.arrays import arrow_dataset
 from airflow_lance.core.deletion import deletion_path, keep_mask, read_deletion_vector, write_deletion_vector
 from airflow_lance.core.errors import InvalidInputError
 from airflow_lance.core.fragment import FragmentMetadata
@@ -152,10 +152,10 @@ def _compile_updates(updates: Mapping[str, str], schema: LanceSchema) -> tuple[d
         target = arrow.field(name).type
         empty = pa.schema([arrow.field(c) for c in needed]).empty_table()
         try:
-            result_type = pa.dataset.dataset(empty).to_table(columns={"v": expression}).schema.field(0).type
+            result_type = arrow_dataset().dataset(empty).to_table(columns={"v": expression}).schema.field(0).type
             if result_type != target:
                 expression = expression.cast(target, safe=False)
-                pa.dataset.dataset(empty).to_table(columns={"v": expression})
+                arrow_dataset().dataset(empty).to_table(columns={"v": expression})
         except _ARROW_ERRORS as error:
             raise InvalidInputError(
                 f"cannot assign {sql!r} ({result_type}) to column {name!r} ({target}): {str(error).splitlines()[0]}"
@@ -168,7 +168,7 @@ def _compile_updates(updates: Mapping[str, str], schema: LanceSchema) -> tuple[d
 def evaluate(table: pa.Table, columns: Mapping[str, pc.Expression], what: str) -> pa.Table:
     """``table`` projected to ``columns`` (name -> Expression); evaluation errors are InvalidInputError."""
     try:
-        return pa.dataset.dataset(table).to_table(columns=dict(columns))
+        return arrow_dataset().dataset(table).to_table(columns=dict(columns))
     except _ARROW_ERRORS as error:
         raise InvalidInputError(f"{what} cannot be evaluated: {str(error).splitlines()[0]}") from None
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import importlib
 import importlib.metadata
 import json
@@ -51,7 +52,7 @@ def imported_modules(root: pathlib.Path) -> set[str]:
     found: set[str] = set()
     for package in SHIPPED_PACKAGES:
         for path in (root / package).rglob("*.py"):
-            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            for node in _statements(ast.parse(path.read_text(), str(path)).body):
                 if isinstance(node, ast.Import):
                     found.update(alias.name for alias in node.names)
                 elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
@@ -59,6 +60,17 @@ def imported_modules(root: pathlib.Path) -> set[str]:
     top = {name.split(".")[0] for name in found}
     keep = top - set(sys.stdlib_module_names) - {"airflow_lance", "__future__"}
     return {name for name in found if name.split(".")[0] in keep}
+
+
+def _statements(body: Iterable[ast.AST]) -> Iterator[ast.AST]:
+    """Every statement of ``body``, nested ones included (imports are statements: expressions,
+    nine nodes in ten, are not visited)."""
+    for node in body:
+        yield node
+        for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+            children = getattr(node, field, None)
+            if isinstance(children, list):
+                yield from _statements(children)
 
 
 def protobuf_runtime_version(root: pathlib.Path) -> tuple[int, int, int] | None:
@@ -70,7 +82,14 @@ def protobuf_runtime_version(root: pathlib.Path) -> tuple[int, int, int] | None:
 
 def executor_requirements(distribution: str = "airflow-lance") -> list[dict[str, Any]]:
     """What the shipped code needs on an executor: one entry per distribution,
-    ``{"distribution", "specifier", "modules"}`` (``modules``: the top-most modules it imports)."""
+    ``{"distribution", "specifier", "modules"}`` (``modules``: the top-most modules it imports).
+    Derived once per process (it reads every shipped module and the installed distributions'
+    metadata, about 2 s): the installed package does not change under a running process."""
+    return json.loads(_executor_requirements(distribution))
+
+
+@functools.cache
+def _executor_requirements(distribution: str) -> str:
     import airflow_lance
 
     root = pathlib.Path(airflow_lance.__file__).resolve().parent
@@ -97,7 +116,7 @@ def executor_requirements(distribution: str = "airflow-lance") -> list[dict[str,
             specifier = ",".join(filter(None, [specifier, ">=" + ".".join(map(str, runtime))]))
         tops = sorted(m for m in found if not any(m.startswith(o + ".") for o in found if o != m))
         entries.append({"distribution": name, "specifier": specifier, "modules": tops})
-    return entries
+    return json.dumps(entries)
 
 
 def _owners(module: str, candidates: Sequence[str]) -> list[str]:
