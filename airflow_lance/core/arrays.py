@@ -9,9 +9,9 @@ import numpy as np
 
 
 def arrow_dataset() -> types.ModuleType:
-    """``pyarrow.dataset``, imported on first use: it imports pandas (about 0.4 s), which only
-    expression evaluation (filters, SQL projections) needs; every Spark executor's Python worker
-    and Airflow task imports the core."""
+    """``pyarrow.dataset``, imported on first use: only expression evaluation (filters, SQL
+    projections and updates) needs it, and importing it imports pandas, about 0.4 s of every
+    process that imports the core (an Airflow task, a Spark job's driver)."""
     import pyarrow.dataset
 
     return pyarrow.dataset

@@ -7,9 +7,9 @@ it on the executors before writing). Zip entries come first on the job's ``sys.p
 the shipped code is the code that runs, even where another version is installed.
 
 Every module also goes in compiled, as a checked hash-based ``.pyc`` beside its source (PEP 552):
-Python imports nothing from a zip into ``__pycache__``, so without them the driver and every
-executor's Python worker compiled all of the shipped code again on each import (about 1 s of
-the 2.5 s import on a 2-core machine). An interpreter of another Python version, or a source that does not
+Python caches nothing it imports from a zip, so without them the driver and every executor's
+Python worker compiled all of the shipped code again on each import (about 1 s of the 2.5 s
+import on a 2-core machine). An interpreter of another Python version, or a source that does not
 match its hash, imports the source instead.
 """
 

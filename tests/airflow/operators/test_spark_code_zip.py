@@ -52,8 +52,8 @@ def test_the_job_imports_the_bytecode_and_tracebacks_show_the_source(tmp_path: p
     probe = _probe(build_code_zip(tmp_path))
     assert probe["job"] == str(tmp_path / "airflow_lance.zip" / "airflow_lance" / "spark" / "job.pyc")
     assert probe["errors"].endswith("errors.pyc")
-    # pandas (imported by pyarrow.dataset) waits for the first filter or SQL projection: about 0.4 s
-    # of every executor Python worker's start
+    # pyarrow.dataset (and the pandas it imports, about 0.4 s) waits for the first filter or SQL
+    # projection: the job's driver does not pay for it
     assert probe["heavy"] == []
     # a frame in the shipped code names the module's path in the zip, and its line is read from the
     # zip's source
