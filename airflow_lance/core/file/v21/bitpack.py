@@ -22,6 +22,8 @@ Block formats built on it:
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import numpy as np
 
 from airflow_lance.core.file.v21 import kernels
@@ -39,14 +41,14 @@ def unpack(packed: np.ndarray, width: int, bits: int) -> np.ndarray:
     dtype = np.dtype(f"<u{bits // 8}")
     lanes = BLOCK // bits
     packed = packed.reshape(len(packed), width * lanes)
-    out = np.empty((len(packed), BLOCK), dtype=dtype)
     if width == 0:
-        out[:] = 0
-        return out
-    compiled = unpack_blocks(np.ascontiguousarray(packed).reshape(-1),
-                             np.arange(len(packed), dtype=np.int64) * (width * lanes), np.full(len(packed), width), bits)
+        return np.zeros((len(packed), BLOCK), dtype=dtype)
+    compiled = _compiled_loops(len(packed), bits)
     if compiled is not None:
-        return compiled
+        return _unpack_compiled(compiled, np.ascontiguousarray(packed).reshape(-1),
+                                np.arange(len(packed), dtype=np.int64) * (width * lanes), np.full(len(packed), width),
+                                bits)
+    out = np.empty((len(packed), BLOCK), dtype=dtype)
     if width == bits:
         for row in range(bits):
             base = _row_base(row)
@@ -70,9 +72,17 @@ def unpack_blocks(words: np.ndarray, starts: np.ndarray, widths: np.ndarray, bit
 
     Compiled: 2-3x numpy's speed on 64-bit words, equal on 32-bit; numpy's lane slices are long
     enough for 8/16-bit words (64-128 values) to be the faster of the two there."""
-    compiled = kernels.compiled(len(starts) * BLOCK) if bits >= 32 else None
-    if compiled is None:
-        return None
+    compiled = _compiled_loops(len(starts), bits)
+    return None if compiled is None else _unpack_compiled(compiled, words, starts, widths, bits)
+
+
+def _compiled_loops(blocks: int, bits: int) -> ModuleType | None:
+    """The compiled loops for ``blocks`` blocks of ``bits``-bit words, or None (numpy unpacks)."""
+    return kernels.compiled(blocks * BLOCK) if bits >= 32 else None
+
+
+def _unpack_compiled(compiled: ModuleType, words: np.ndarray, starts: np.ndarray, widths: np.ndarray,
+                     bits: int) -> np.ndarray:
     out = np.empty((len(starts), BLOCK), dtype=np.dtype(f"<u{bits // 8}"))
     compiled.unpack_blocks(words, np.asarray(starts, dtype=np.int64), np.asarray(widths, dtype=np.int64), bits,
                            _row_bases(bits), out)
