@@ -33,6 +33,11 @@ batch may have been taken): discard the file.
 
 from __future__ import annotations
 
+import os
+import threading
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import BinaryIO
 
 import numpy as np
@@ -67,6 +72,35 @@ LARGE_BUFFER_BYTES = 1024 * 1024
 FILE_VERSIONS = {"2.0": WRITE_VERSION, "2.1": (2, 1), "2.2": (2, 2)}
 #: DataFile (major, minor) per ``version=``.
 DATA_FILE_VERSIONS = {"2.0": (2, 0), "2.1": (2, 1), "2.2": (2, 2)}
+
+
+#: 2.1+ pages of at least this many pending bytes are encoded on the background page encoder.
+BACKGROUND_PAGE_BYTES = 256 * 1024
+#: Bytes of pages (as pending bytes, in ``max_page_bytes``) a writer has in flight on the background
+#: page encoder at most; past that it writes the oldest.
+ENCODING_PAGES = 8
+
+_PAGE_ENCODER: ThreadPoolExecutor | None = None
+_PAGE_ENCODER_LOCK = threading.Lock()
+
+
+def _page_encoder() -> ThreadPoolExecutor:
+    """The process's background page encoder (one thread per core), started on first use."""
+    global _PAGE_ENCODER
+    with _PAGE_ENCODER_LOCK:
+        if _PAGE_ENCODER is None:
+            _PAGE_ENCODER = ThreadPoolExecutor(max_workers=os.cpu_count() or 1,
+                                               thread_name_prefix="lance-page-encoder")
+        return _PAGE_ENCODER
+
+
+def _forget_page_encoder() -> None:
+    """In a forked child: the parent's encoder threads do not exist there."""
+    global _PAGE_ENCODER, _PAGE_ENCODER_LOCK
+    _PAGE_ENCODER, _PAGE_ENCODER_LOCK = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_page_encoder)
 
 
 def _is_list(dtype: pa.DataType) -> bool:
@@ -131,6 +165,7 @@ class _LeafColumn:
         self.pending: list[tuple[list[NodeData], pa.Array]] = []
         self.pending_rows = 0
         self.pending_bytes = 0
+        self.encoding: deque[_Encoding] = deque()  # pages being encoded in the background, oldest first
         self._writer = writer
 
     def append(self, array: pa.Array) -> None:
@@ -155,13 +190,43 @@ class _LeafColumn:
             array = array.slice(take)
 
     def flush(self, *, final: bool = False) -> None:
-        if not self.pending and not (final and not self.pages and self._writer.num_rows):
-            return
+        """Encode the pending row runs as a page (``final``: and write the pages still encoding).
+
+        A page of at least ``BACKGROUND_PAGE_BYTES`` is encoded on the background page encoder
+        while this thread goes on with the next pages and the other columns (most of that work
+        runs without the GIL: Arrow kernels, the compiled copy loops, the zstd codec); the
+        writer writes it later (see :meth:`LanceFileWriter._encode_later`). A column's pages
+        are written in the order they were cut.
+        """
         if self.pending:
             nodes, leaf = _merge(self.pending)
-            page = encode21.encode_page(nodes, leaf, self.pending_rows, self._writer.version, self.compression)
+            page_args = (nodes, leaf, self.pending_rows, self._writer.version, self.compression)
+            if self.pending_bytes >= BACKGROUND_PAGE_BYTES:
+                self._writer._encode_later(self, page_args, self.pending_bytes)
+            else:
+                self.write_encoded()
+                self.pages.append(self._writer._write_page(encode21.encode_page(*page_args), PAGE_LAYOUT_URL))
+            self.pending, self.pending_rows, self.pending_bytes = [], 0, 0
+        if final:
+            self.write_encoded()
+
+    def write_encoded(self, upto: _Encoding | None = None) -> None:
+        """Write this column's pages encoded in the background, oldest first: all of them, or up to
+        ``upto`` (their errors are raised here)."""
+        while self.encoding and (upto is None or upto.future is not None):
+            entry = self.encoding.popleft()
+            page, entry.future = entry.future.result(), None
+            self._writer._encoding_bytes -= entry.size
             self.pages.append(self._writer._write_page(page, PAGE_LAYOUT_URL))
-        self.pending, self.pending_rows, self.pending_bytes = [], 0, 0
+
+
+@dataclass
+class _Encoding:
+    """A page of ``column`` being encoded in the background (``future`` None once written)."""
+
+    column: _LeafColumn
+    future: Future | None
+    size: int  # the pending bytes it was cut from
 
 
 class _Column:
@@ -246,6 +311,9 @@ class LanceFileWriter:
         self._failed = False
         self._columns: list = []
         self._extra_global_buffers: list[tuple[int, int]] = []
+        # pages of all columns being encoded in the background, oldest first, and their pending bytes
+        self._encoding: deque[_Encoding] = deque()
+        self._encoding_bytes = 0
         if version == "2.0":
             self._top = [self._build(schema, f, f.name) for f in schema.top_level()]
         else:
@@ -287,7 +355,7 @@ class LanceFileWriter:
     @property
     def bytes_written(self) -> int:
         """Bytes handed to the sink plus the bytes buffered for pending pages."""
-        return self._position + sum(c.pending_bytes for c in self._columns)
+        return self._position + self._encoding_bytes + sum(c.pending_bytes for c in self._columns)
 
     @property
     def field_ids(self) -> list[int]:
@@ -345,6 +413,8 @@ class LanceFileWriter:
         self._check_usable("finish")
         self._finished = True
         for column in self._columns:
+            column.flush()  # 2.1+: the last pages of all columns are encoded in the background at once
+        for column in self._columns:
             column.flush(final=True)
         descriptor = file_pb2.FileDescriptor(schema=self.schema.to_proto(), length=self._num_rows)
         global_buffers = [self._write_buffer([descriptor.SerializeToString()]), *self._extra_global_buffers]
@@ -389,6 +459,17 @@ class LanceFileWriter:
             write(segment)
             self._position += len(segment)
         return start, size
+
+    def _encode_later(self, column: _LeafColumn, page_args: tuple, size: int) -> None:
+        """Start encoding a page of ``column`` in the background; write the oldest pages in flight
+        while more than ``ENCODING_PAGES`` pages' worth of bytes are."""
+        entry = _Encoding(column, _page_encoder().submit(encode21.encode_page, *page_args), size)
+        column.encoding.append(entry)
+        self._encoding.append(entry)
+        self._encoding_bytes += size
+        while self._encoding and self._encoding_bytes > ENCODING_PAGES * self.max_page_bytes:
+            oldest = self._encoding.popleft()
+            oldest.column.write_encoded(oldest)
 
     def _write_page(self, page, url: str = ARRAY_ENCODING_URL) -> file2_pb2.ColumnMetadata.Page:
         positions = [self._write_buffer(segments) for segments in page.buffers]

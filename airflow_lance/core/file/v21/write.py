@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import zstandard
 
 from airflow_lance.core._proto import encodings_v2_1_pb2 as pb
 from airflow_lance.core.arrays import sorted_unique
@@ -791,18 +792,14 @@ def compress_chunks(raw: np.ndarray, sizes: np.ndarray, max_ratio: float, scheme
     ``u64`` size, then a zstd frame; lz4: ``u32`` size, then a raw lz4 block): (bytes, chunk
     sizes), or None when a sample of the first chunks does not shrink below ``max_ratio`` of its
     size (or the whole does not shrink)."""
-    codec = pa.Codec("zstd", compression_level=level) if scheme == "zstd" else pa.Codec("lz4_raw")
     prefix = 8 if scheme == "zstd" else 4
-    bounds = exclusive_cumsum(sizes).tolist()
-    view = memoryview(raw)
-    frames: list[pa.Buffer] = []
-    for chunk in range(len(bounds) - 1):
-        start, end = bounds[chunk], bounds[chunk + 1]
-        frames.append(codec.compress(view[start:end], asbytes=False))
-        if chunk + 1 == _GENERAL_SAMPLE_CHUNKS or chunk + 2 == len(bounds):
-            if sum(frame.size + prefix for frame in frames) > max_ratio * end:
-                return None
-    frame_sizes = np.fromiter((frame.size for frame in frames), dtype=np.int64, count=len(frames))
+    bounds = exclusive_cumsum(sizes)
+    sample = min(_GENERAL_SAMPLE_CHUNKS, len(sizes))
+    frames = _compressed(raw, bounds, 0, sample, scheme, level)
+    if sum(len(frame) + prefix for frame in frames) > max_ratio * int(bounds[sample]):
+        return None
+    frames += _compressed(raw, bounds, sample, len(sizes), scheme, level)
+    frame_sizes = np.fromiter((len(frame) for frame in frames), dtype=np.int64, count=len(frames))
     if int(frame_sizes.sum()) + prefix * len(frames) >= len(raw):
         return None
     # each chunk: its uncompressed size, then its frame (one join, no per-chunk copies)
@@ -811,6 +808,29 @@ def compress_chunks(raw: np.ndarray, sizes: np.ndarray, max_ratio: float, scheme
     parts[0::2] = [memoryview(head) for head in heads]
     parts[1::2] = frames
     return np.frombuffer(b"".join(parts), dtype=np.uint8), frame_sizes + prefix
+
+
+def _compressed(raw: np.ndarray, bounds: np.ndarray, first: int, end: int, scheme: str, level: int) -> list:
+    """The compressed frames of chunks ``first`` to ``end`` (exclusive) of ``raw`` (buffer objects)."""
+    if first >= end:
+        return []
+    if scheme != "zstd":
+        codec = pa.Codec("lz4_raw")
+        view = memoryview(raw)
+        return [codec.compress(view[start:stop], asbytes=False)
+                for start, stop in zip(bounds[first:end].tolist(), bounds[first + 1: end + 1].tolist())]
+    compressor = zstandard.ZstdCompressor(level=level)
+    if "multi_compress_to_buffer" not in zstandard.backend_features:  # the cffi backend (PyPy)
+        view = memoryview(raw)
+        return [compressor.compress(view[start:stop])
+                for start, stop in zip(bounds[first:end].tolist(), bounds[first + 1: end + 1].tolist())]
+    segments = np.empty((end - first, 2), dtype="<u8")
+    segments[:, 0] = bounds[first:end]
+    segments[:, 1] = np.diff(bounds[first: end + 1])
+    # one call into the codec for all the chunks, without the GIL (pages are encoded on several
+    # threads at once, see ``core.file.writer``)
+    collection = compressor.multi_compress_to_buffer(zstandard.BufferWithSegments(raw, segments.tobytes()), threads=1)
+    return [collection[index] for index in range(len(collection))]
 
 
 def _fsst_leaf(leaf: _Leaf) -> _Leaf | None:
