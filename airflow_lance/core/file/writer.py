@@ -21,7 +21,13 @@ value larger than the limit gets a page of its own.
 (struct and list structure goes into rep/def levels, see ``v21.write``);
 every leaf column buffers the Arrow slices of its rows and encodes a page
 when about ``max_page_bytes`` of leaf values (their Arrow size, as pylance
-counts) are pending. Struct nulls are written there.
+counts) are pending. Struct nulls are written there. Pages of at least
+``BACKGROUND_PAGE_BYTES`` are encoded on a process-wide pool of threads (one
+per core) while the writer cuts the next pages; most of that work runs without
+the GIL (Arrow kernels, the compiled copy loops, the zstd codec), so one write
+uses the machine's other cores. The writer writes them in order per column,
+with at most ``ENCODING_PAGES`` pages' worth of bytes in flight; an error in
+the background is raised by the ``write_batch`` or ``finish`` that writes it.
 
 Batches are aligned to the schema first (:meth:`LanceSchema.align`): columns
 are selected by name, struct children may come in any order, and types that
@@ -76,8 +82,8 @@ DATA_FILE_VERSIONS = {"2.0": (2, 0), "2.1": (2, 1), "2.2": (2, 2)}
 
 #: 2.1+ pages of at least this many pending bytes are encoded on the background page encoder.
 BACKGROUND_PAGE_BYTES = 256 * 1024
-#: Bytes of pages (as pending bytes, in ``max_page_bytes``) a writer has in flight on the background
-#: page encoder at most; past that it writes the oldest.
+#: A writer has at most this many pages' worth (``max_page_bytes`` each) of pending bytes in flight on
+#: the background page encoder; past that it waits for its oldest pages and writes them.
 ENCODING_PAGES = 8
 
 _PAGE_ENCODER: ThreadPoolExecutor | None = None
@@ -85,11 +91,13 @@ _PAGE_ENCODER_LOCK = threading.Lock()
 
 
 def _page_encoder() -> ThreadPoolExecutor:
-    """The process's background page encoder (one thread per core), started on first use."""
+    """The process's background page encoder (one thread per core this process may run on, at
+    most ``ENCODING_PAGES``), started on first use."""
     global _PAGE_ENCODER
     with _PAGE_ENCODER_LOCK:
         if _PAGE_ENCODER is None:
-            _PAGE_ENCODER = ThreadPoolExecutor(max_workers=os.cpu_count() or 1,
+            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+            _PAGE_ENCODER = ThreadPoolExecutor(max_workers=max(1, min(cores, ENCODING_PAGES)),
                                                thread_name_prefix="lance-page-encoder")
         return _PAGE_ENCODER
 
