@@ -11,7 +11,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import zstandard
+from google.protobuf import any_pb2
 
+from airflow_lance.core._proto import encodings_v2_1_pb2 as pb
 from airflow_lance.core.file import LanceFileReader, LanceFileWriter
 from airflow_lance.core.file import writer as file_writer
 from airflow_lance.core.file.v21 import write as v21_write
@@ -62,11 +64,11 @@ def test_background_pages_read_like_pages_encoded_in_place(tmp_path, monkeypatch
     """Every page encoded in the background (many pages per column in flight at once): the file
     reads back as the table in our reader and in pylance's, and holds the same pages, in the same
     order per column, as a file whose pages were all encoded in place."""
-    table = _table(12_000)
+    table = _table(40_000)
     monkeypatch.setattr(file_writer, "BACKGROUND_PAGE_BYTES", 1 << 40)
-    in_place = _write(table, version)
+    in_place = _write(table, version, max_page_bytes=64_000)
     monkeypatch.setattr(file_writer, "BACKGROUND_PAGE_BYTES", 1)
-    background = _write(table, version)
+    background = _write(table, version, max_page_bytes=64_000)
     assert _read(background).equals(table)
     path = tmp_path / "background.lance"
     path.write_bytes(background)
@@ -75,11 +77,16 @@ def test_background_pages_read_like_pages_encoded_in_place(tmp_path, monkeypatch
 
     def pages(data: bytes) -> list[list[tuple[int, bytes]]]:
         reader = LanceFileReader(pa.BufferReader(data), path="test.lance")
-        return [[(page.length, page.encoding.SerializeToString()) for page in reader.column_metadata(column).pages]
+        return [[(page.length, page.encoding.direct.encoding) for page in reader.column_metadata(column).pages]
                 for column in range(reader.num_columns)]
 
     assert pages(background) == pages(in_place)
-    assert len(pages(background)[1]) > 2 * file_writer.ENCODING_PAGES  # text: more pages than may be in flight
+    text_pages = pages(background)[1]
+    assert len(text_pages) > 2 * file_writer.ENCODING_PAGES  # more pages than may be in flight
+    compressions = {pb.PageLayout.FromString(any_pb2.Any.FromString(encoding).value)
+                    .mini_block_layout.value_compression.WhichOneof("compression")
+                    for _, encoding in text_pages[:-1]}  # the last page is too small to compress
+    assert compressions == ({"general"} if version == "2.2" else {"variable"})  # 2.2: zstd chunks
 
 
 def test_pages_in_flight_are_bounded_and_counted(monkeypatch):

@@ -814,23 +814,26 @@ def _compressed(raw: np.ndarray, bounds: np.ndarray, first: int, end: int, schem
     """The compressed frames of chunks ``first`` to ``end`` (exclusive) of ``raw`` (buffer objects)."""
     if first >= end:
         return []
-    if scheme != "zstd":
+    if scheme == "zstd":
+        compressor = zstandard.ZstdCompressor(level=level)
+        if "multi_compress_to_buffer" in zstandard.backend_features:  # not on the cffi backend (PyPy)
+            segments = np.empty((end - first, 2), dtype="<u8")
+            segments[:, 0] = bounds[first:end]
+            segments[:, 1] = np.diff(bounds[first: end + 1])
+            # one call into the codec for all the chunks, without the GIL (pages are encoded on
+            # several threads at once, see ``core.file.writer``)
+            collection = compressor.multi_compress_to_buffer(
+                zstandard.BufferWithSegments(raw, segments.tobytes()), threads=1)
+            return [collection[index] for index in range(len(collection))]
+        compress = compressor.compress
+    else:
         codec = pa.Codec("lz4_raw")
-        view = memoryview(raw)
-        return [codec.compress(view[start:stop], asbytes=False)
-                for start, stop in zip(bounds[first:end].tolist(), bounds[first + 1: end + 1].tolist())]
-    compressor = zstandard.ZstdCompressor(level=level)
-    if "multi_compress_to_buffer" not in zstandard.backend_features:  # the cffi backend (PyPy)
-        view = memoryview(raw)
-        return [compressor.compress(view[start:stop])
-                for start, stop in zip(bounds[first:end].tolist(), bounds[first + 1: end + 1].tolist())]
-    segments = np.empty((end - first, 2), dtype="<u8")
-    segments[:, 0] = bounds[first:end]
-    segments[:, 1] = np.diff(bounds[first: end + 1])
-    # one call into the codec for all the chunks, without the GIL (pages are encoded on several
-    # threads at once, see ``core.file.writer``)
-    collection = compressor.multi_compress_to_buffer(zstandard.BufferWithSegments(raw, segments.tobytes()), threads=1)
-    return [collection[index] for index in range(len(collection))]
+
+        def compress(data: memoryview) -> pa.Buffer:
+            return codec.compress(data, asbytes=False)
+    view = memoryview(raw)
+    starts, stops = bounds[first:end].tolist(), bounds[first + 1: end + 1].tolist()
+    return [compress(view[start:stop]) for start, stop in zip(starts, stops)]
 
 
 def _fsst_leaf(leaf: _Leaf) -> _Leaf | None:
