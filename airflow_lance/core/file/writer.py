@@ -188,13 +188,18 @@ class _LeafColumn:
                 if self.pending_bytes >= limit:
                     self.flush()
                 return
+            # the rows that fill the page (at least one if the page is empty), by the array's
+            # average row size: taken whole even if their own size runs a little over, so that the
+            # estimate's error never leaves a few rows behind as a page of their own
             take = int(len(array) * max(limit - self.pending_bytes, 0) / size)
             if take == 0 and not self.pending:
                 take = 1
             if take:
-                self.append(array.slice(0, take))
-            if self.pending:
-                self.flush()
+                nodes, leaf = _extract(array.slice(0, take), self.path)
+                self.pending.append((nodes, leaf))
+                self.pending_rows += take
+                self.pending_bytes += leaf.nbytes + 8
+            self.flush()
             array = array.slice(take)
 
     def flush(self, *, final: bool = False) -> None:

@@ -182,6 +182,22 @@ def test_pages_respect_max_page_bytes_and_rows(write_file, read_file):
     assert len(item_pages) > 1 and len(list_pages) > 1
 
 
+@pytest.mark.parametrize("version", ["2.1", "2.2"])
+def test_2x_pages_leave_no_rows_behind(version, write_file, read_file):
+    """A 2.1+ page is cut where the rows of the next batch fill it, by their average size; rows of
+    uneven size (strings of 0-60 bytes, nulls) never leave a few of them behind as a page of
+    their own."""
+    rng = np.random.default_rng(11)
+    n = 40_000
+    values = ["x" * int(length) for length in rng.integers(0, 60, n)]
+    table = pa.table({"s": pa.array(values, mask=rng.random(n) < 0.1)})
+    data = write_file(table.to_batches(max_chunksize=2000), table.schema, max_page_bytes=64_000, version=version)
+    assert read_file(data).equals(table)
+    lengths = [page.length for page in LanceFileReader(pa.BufferReader(data), path="x").column_metadata(0).pages]
+    assert sum(lengths) == n
+    assert min(lengths[:-1]) > 1500, lengths  # about 64 kB of rows each (~2000), the last one what is left
+
+
 def test_one_value_larger_than_a_page(write_file, read_file):
     table = pa.table({"s": pa.array(["x" * 5000, "y", "z" * 7000]), "v": pa.array([[1.0] * 300] * 3,
                                                                                     pa.list_(pa.float64(), 300))})
