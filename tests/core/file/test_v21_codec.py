@@ -103,8 +103,12 @@ def test_kernel_mode_setting(monkeypatch):
     monkeypatch.setenv(kernels.ENV, "numpy")
     assert kernels.compiled(1 << 20) is None
     monkeypatch.setenv(kernels.ENV, "numba")
-    assert kernels.compiled(1 << 20) is not None
+    loaded = kernels.compiled(1 << 20)
+    assert loaded is not None
     assert kernels.compiled(kernels.MIN_VALUES - 1) is None
+    monkeypatch.setattr(kernels, "_LOADED", [])  # not loaded yet: only an input that asks loads them
+    assert kernels.compiled(1 << 20, load=False) is None and kernels._LOADED == []
+    assert kernels.compiled(1 << 20) is loaded and kernels.compiled(1 << 20, load=False) is loaded
     monkeypatch.setattr(kernels, "_SHIPPED_IN_ZIP", True)  # a Spark job's code zip: no lasting cache
     assert kernels.compiled(1 << 20) is not None
     monkeypatch.setenv(kernels.ENV, "auto")
@@ -287,6 +291,18 @@ def test_take_ranges_short_and_long():
         lengths = np.full(3, length)
         expected = np.concatenate([source[s:s + length] for s in starts])
         assert np.array_equal(take_ranges(source, starts, lengths), expected)
+
+
+@pytest.mark.parametrize(("starts", "lengths"), [([0, 900], [100, 200]), ([-1, 5], [3, 3]), ([990], [20]),
+                                                 ([0, 10], [5, -1])])
+def test_take_ranges_out_of_bounds(starts, lengths):
+    """A range past the source (a corrupt file's offsets) is an IndexError on every path, never bytes read
+    from beyond the buffer (pyarrow's list-view flatten does not check) or a silently short result."""
+    with pytest.raises(IndexError, match="outside the 1000 values|negative length"):
+        take_ranges(np.arange(1000, dtype=np.uint8), np.array(starts), np.array(lengths))
+    # an empty range may start anywhere (a null's value slot past the end of a page)
+    got = take_ranges(np.arange(1000, dtype=np.uint8), np.array([998, 5000, -3]), np.array([2, 0, 0]))
+    assert got.tolist() == [230, 231]
 
 
 # ----------------------------------------------------------------------------- rep/def levels
@@ -591,3 +607,57 @@ def test_encodings_we_write(table, version):
     assert seen["vec128"] == {"full_zip_layout"}
     assert seen["vec8"] == {"mini_block_layout", "fixed_size_list"}
     assert seen["null"] == seen["all_null_i32"] == {"constant_layout"}
+
+
+#: A table of the usual shapes (ids, text, nullable numbers, tag lists, an embedding), large enough that
+#: every column's pages pass the compiled loops' minimum size.
+_USUAL_TABLE = """
+import numpy as np, pyarrow as pa
+rng = np.random.default_rng(5)
+n = 200_000
+lengths = rng.integers(20, 81, n)
+offsets = np.zeros(n + 1, dtype=np.int32)
+np.cumsum(lengths, out=offsets[1:])
+letters = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz ", dtype=np.uint8)
+text = pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(letters[rng.integers(0, 27, offsets[-1])]))
+counts = rng.integers(0, 4, n)
+tag_offsets = np.zeros(n + 1, dtype=np.int32)
+np.cumsum(counts, out=tag_offsets[1:])
+tags = pa.array([f"tag_{i:02d}" for i in range(50)]).take(pa.array(rng.integers(0, 50, int(tag_offsets[-1]))))
+table = pa.table({
+    "id": pa.array(np.arange(n, dtype=np.int64)),
+    "text": text,
+    "score": pa.array(rng.normal(50, 10, n), mask=rng.random(n) < 0.05),
+    "tags": pa.ListArray.from_arrays(pa.array(tag_offsets), tags),
+    "embedding": pa.FixedSizeListArray.from_arrays(pa.array(rng.standard_normal(n * 16, dtype=np.float32)), 16),
+})
+"""
+
+
+def test_writing_never_loads_the_compiled_loops(tmp_path):
+    """The writer's gathers of such a table are long ranges (string and mini-block chunks), which
+    pyarrow copies faster than the compiled loop: a process that only writes 2.1/2.2 files (an
+    Airflow task) does not pay for loading numba (over a second of CPU on the test machine).
+    Checked in a fresh interpreter with the compiled loops allowed (``auto``, the ``fast`` extra
+    installed); the files read back as the table."""
+    import os
+    import subprocess
+
+    pytest.importorskip("numba")
+    script = _USUAL_TABLE + (
+        "import sys\n"
+        "import airflow_lance.core as lance\n"
+        "for version in ('2.1', '2.2'):\n"
+        "    lance.write_dataset(table, sys.argv[1] + '/' + version, data_storage_version=version)\n"
+        "print(sorted(m for m in sys.modules if m == 'numba' or m.endswith('_numba_kernels')))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "AIRFLOW_LANCE_KERNELS"}
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, env=env,
+                         check=True, timeout=120)
+    assert out.stdout.strip() == "[]", out.stdout
+    from airflow_lance.core import dataset
+
+    namespace: dict = {}
+    exec(_USUAL_TABLE, namespace)  # noqa: S102 - the test's own table code
+    for version in ("2.1", "2.2"):
+        assert dataset(str(tmp_path / version)).to_table().equals(namespace["table"])

@@ -68,9 +68,10 @@ def _load() -> tuple[ModuleType | None, str]:
         return _LOADED[0]
 
 
-def compiled(values: int) -> ModuleType | None:
-    """The compiled kernels for an input of ``values`` values, or ``None`` for the numpy path."""
-    if values < MIN_VALUES:
+def compiled(values: int, *, load: bool = True) -> ModuleType | None:
+    """The compiled kernels for an input of ``values`` values, or ``None`` for the numpy path.
+    ``load=False``: only if they are loaded already (work the numpy path does nearly as fast)."""
+    if values < MIN_VALUES or not (load or _LOADED):
         return None
     chosen = mode()
     if chosen == "numpy" or (chosen == "auto" and _SHIPPED_IN_ZIP):

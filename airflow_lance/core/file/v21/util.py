@@ -18,7 +18,16 @@ from airflow_lance.core._proto import encodings_v2_1_pb2 as pb
 from airflow_lance.core.errors import CorruptFileError, UnsupportedFeatureError
 from airflow_lance.core.file.v21 import kernels
 
-#: Ranges at least this long on average are gathered with pyarrow (memcpy speed).
+#: Ranges of at least this many bytes on average are gathered with pyarrow, a memcpy each: in
+#: order 5-10x the compiled loop's speed (which copies about 1 GB/s), at random places faster too.
+_MEMCPY_RANGE = 4096
+#: Ranges of at least this many bytes on average (and under ``_MEMCPY_RANGE``) take the compiled
+#: loop only when it is loaded already: pyarrow's per-range cost (about 0.7 us) makes it up to 2x
+#: slower there, against about a second of CPU to load numba, so a process that only writes
+#: (whose gathers are string and mini-block chunks) never loads it.
+_MEDIUM_RANGE = 256
+#: Without the compiled loops, ranges of at least this many values on average are gathered with
+#: pyarrow too (numpy's per-byte index costs more from here on).
 _LONG_RANGE = 48
 _EMPTY_U8 = np.zeros(0, dtype=np.uint8)
 #: Memory alignment of gathered page data: a direct-I/O sink can write it without a copy.
@@ -126,29 +135,46 @@ def aligned_empty(nbytes: int, alignment: int = PAGE_MEMORY_ALIGNMENT) -> np.nda
 
 
 def take_ranges(source: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Concatenate ``source[s:s+l]`` for every (s, l), vectorised; ranges must be in bounds."""
+    """Concatenate ``source[s:s+l]`` for every (s, l), vectorised; IndexError when a range is out
+    of bounds (a corrupt file's offsets)."""
     lengths = np.asarray(lengths, dtype=np.int64)
     starts = np.asarray(starts, dtype=np.int64)
     total = int(lengths.sum()) if len(lengths) else 0
     if total == 0:
         return source[:0].copy()
+    if int(lengths.min()) < 0:
+        raise IndexError("a range of negative length")
+    if int(starts.min()) < 0 or int((starts + lengths).max()) > len(source):
+        # empty ranges may start anywhere (a null's value past the end of a page); any other must lie inside
+        empty = lengths == 0
+        if bool(np.any(~empty & ((starts < 0) | (starts + lengths > len(source))))):
+            raise IndexError(f"ranges outside the {len(source)} values they are taken from")
+        starts = np.where(empty, 0, starts)
     if len(starts) == 1:
         return source[int(starts[0]): int(starts[0]) + total].copy()
+    size = total * source.itemsize
+    if size >= _MEMCPY_RANGE * len(lengths):
+        return _flatten_ranges(source, starts, lengths)
     plain = source.ndim == 1 and source.flags.c_contiguous and not source.dtype.hasobject
-    compiled = kernels.compiled(total) if plain else None
-    if compiled is not None and int(starts.min()) >= 0 and int(lengths.min()) >= 0 \
-            and int((starts + lengths).max()) <= len(source):  # out of bounds: numpy raises
+    compiled = kernels.compiled(total, load=size < _MEDIUM_RANGE * len(lengths)) if plain else None
+    if compiled is not None:
         out = np.empty(total, dtype=source.dtype)
         size = source.itemsize  # copied as bytes: one compiled loop for every dtype
         compiled.copy_ranges(source.view(np.uint8), starts * size, lengths * size, out.view(np.uint8))
         return out
     if total >= _LONG_RANGE * len(lengths):
-        values = pa.array(source) if source.dtype != np.uint8 or source.ndim != 1 else pa.array(source, pa.uint8())
-        view = pa.LargeListViewArray.from_arrays(pa.array(starts, pa.int64()), pa.array(lengths, pa.int64()), values)
-        return view.flatten().to_numpy(zero_copy_only=False)
+        return _flatten_ranges(source, starts, lengths)
     index = np.repeat(starts - exclusive_cumsum(lengths)[:-1], lengths)
     index += np.arange(total, dtype=np.int64)
     return source[index]
+
+
+def _flatten_ranges(source: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """``take_ranges`` by pyarrow: a memcpy per range (ranges that follow each other in ``source``
+    are not copied at all: the result is then a read-only view)."""
+    values = pa.array(source) if source.dtype != np.uint8 or source.ndim != 1 else pa.array(source, pa.uint8())
+    view = pa.LargeListViewArray.from_arrays(pa.array(starts, pa.int64()), pa.array(lengths, pa.int64()), values)
+    return view.flatten().to_numpy(zero_copy_only=False)
 
 
 def take_interleaved(sources: list[np.ndarray], starts: list[np.ndarray], lengths: list[np.ndarray]) -> np.ndarray:
