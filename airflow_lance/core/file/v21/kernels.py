@@ -11,8 +11,9 @@ loops (``_numba_kernels``) that release the GIL; without it, or with
 ``AIRFLOW_LANCE_KERNELS=numpy``, the numpy code runs and gives the same bytes.
 
 Inputs below :data:`MIN_VALUES` always take the numpy path, so small reads
-never pay for importing numba (about 0.5 s per process) and loading its
-cached machine code. The first use on a machine compiles the loops (about
+never pay for importing numba and loading its cached machine code (about
+0.8 s of CPU per process); copies of long byte ranges never load them (see
+``util.take_ranges``), so neither does a process that only writes. The first use on a machine compiles the loops (about
 10 s, once: numba caches the machine code next to this module, or in the
 user's cache directory); code imported from a zip (what a Spark job ships to
 its executors) cannot keep that cache and uses numpy unless the mode is

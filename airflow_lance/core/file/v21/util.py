@@ -23,7 +23,7 @@ from airflow_lance.core.file.v21 import kernels
 _MEMCPY_RANGE = 4096
 #: Ranges of at least this many bytes on average (and under ``_MEMCPY_RANGE``) take the compiled
 #: loop only when it is loaded already: pyarrow's per-range cost (about 0.7 us) makes it up to 2x
-#: slower there, against about a second of CPU to load numba, so a process that only writes
+#: slower there, against about 0.8 s of CPU to load numba, so a process that only writes
 #: (whose gathers are string and mini-block chunks) never loads it.
 _MEDIUM_RANGE = 256
 #: Without the compiled loops, ranges of at least this many values on average are gathered with
@@ -152,11 +152,11 @@ def take_ranges(source: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> 
         starts = np.where(empty, 0, starts)
     if len(starts) == 1:
         return source[int(starts[0]): int(starts[0]) + total].copy()
-    size = total * source.itemsize
-    if size >= _MEMCPY_RANGE * len(lengths):
+    nbytes = total * source.itemsize
+    if nbytes >= _MEMCPY_RANGE * len(lengths):
         return _flatten_ranges(source, starts, lengths)
     plain = source.ndim == 1 and source.flags.c_contiguous and not source.dtype.hasobject
-    compiled = kernels.compiled(total, load=size < _MEDIUM_RANGE * len(lengths)) if plain else None
+    compiled = kernels.compiled(total, load=nbytes < _MEDIUM_RANGE * len(lengths)) if plain else None
     if compiled is not None:
         out = np.empty(total, dtype=source.dtype)
         size = source.itemsize  # copied as bytes: one compiled loop for every dtype
