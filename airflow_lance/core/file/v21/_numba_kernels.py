@@ -142,25 +142,3 @@ def copy_ranges(source, starts, lengths, out):  # pragma: no cover - compiled
         out[at: at + length] = source[start: start + length]
         at += length
 
-
-@numba.njit(**_JIT)
-def take_binary(item_offsets, item_data, indices, valid, out_offsets):  # pragma: no cover - compiled
-    """Variable-width dictionary items ``indices`` (null where ``valid`` is given and false: empty)
-    -> ``out_offsets`` (filled) and the bytes. Indices of valid slots must be in range."""
-    n = len(indices)
-    masked = len(valid) > 0
-    out_offsets[0] = 0
-    total = 0
-    for r in range(n):
-        if not masked or valid[r]:
-            item = indices[r]
-            total += item_offsets[item + 1] - item_offsets[item]
-        out_offsets[r + 1] = total
-    out = np.empty(total, np.uint8)
-    for r in range(n):
-        begin = out_offsets[r]
-        size = out_offsets[r + 1] - begin
-        if size:
-            start = item_offsets[indices[r]]
-            out[begin: begin + size] = item_data[start: start + size]
-    return out

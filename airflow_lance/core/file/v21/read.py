@@ -21,11 +21,10 @@ import pyarrow as pa
 
 from airflow_lance.core._proto import file_pb2
 from airflow_lance.core.errors import LanceError, UnsupportedFeatureError
-from airflow_lance.core.file.v21 import kernels
 from airflow_lance.core.file.v21 import pages as page_codec
 from airflow_lance.core.file.v21.blocks import Fixed, Variable, bitmap, take, to_arrow
 from airflow_lance.core.file.v21.structure import ITEM, LIST, Level, check_layers, unravel
-from airflow_lance.core.file.v21.util import Ctx, exclusive_cumsum, fixed_dtype, take_ranges
+from airflow_lance.core.file.v21.util import Ctx, exclusive_cumsum, take_ranges
 from airflow_lance.core.schema import LanceSchema
 
 if TYPE_CHECKING:
@@ -340,9 +339,6 @@ def _dictionary_take(ctx: Ctx, dictionary, values: Fixed, count: int, valid, dty
     """Dictionary-encoded values as a plain array: one Arrow ``take`` of the dictionary (as an array of
     ``dtype``) by the stored indices in their stored width, null slots as null indices."""
     items = to_arrow(dictionary, dtype, None, ctx)
-    strings = _take_strings(ctx, items, values, count, valid)
-    if strings is not None:
-        return strings
     index_type = {8: pa.uint8(), 16: pa.uint16(), 32: pa.uint32(), 64: pa.uint64()}[values.bits]
     indices = pa.Array.from_buffers(index_type, count, [bitmap(valid), pa.py_buffer(np.ascontiguousarray(values.data))])
     try:
@@ -350,30 +346,3 @@ def _dictionary_take(ctx: Ctx, dictionary, values: Fixed, count: int, valid, dty
     except (IndexError, pa.ArrowIndexError) as error:
         raise ctx.corrupt(f"dictionary index out of range ({len(items)} items)") from error
 
-
-def _take_strings(ctx: Ctx, items: pa.Array, values: Fixed, count: int, valid) -> pa.Array | None:
-    """:func:`_dictionary_take` of string/binary items with the compiled loops (``None`` where they do
-    not serve): offsets and bytes in two compiled passes instead of Arrow's ``take``."""
-    dtype = items.type
-    large = pa.types.is_large_string(dtype) or pa.types.is_large_binary(dtype)
-    if not (large or pa.types.is_string(dtype) or pa.types.is_binary(dtype)) or values.bits not in (8, 16, 32, 64):
-        return None
-    compiled = kernels.compiled(count)
-    if compiled is None:
-        return None
-    indices = np.ascontiguousarray(values.data).view(fixed_dtype(values.bits))[:count]
-    mask = np.zeros(0, dtype=bool) if valid is None else np.ascontiguousarray(valid, dtype=bool)
-    live = indices if valid is None else indices[mask]
-    if len(live) and int(live.max()) >= len(items):
-        raise ctx.corrupt(f"dictionary index out of range ({len(items)} items)")
-    offset_type = np.int64 if large else np.int32
-    item_offsets = np.frombuffer(items.buffers()[1], dtype=offset_type)[items.offset: items.offset + len(items) + 1]
-    data = items.buffers()[2]
-    item_data = np.frombuffer(data, dtype=np.uint8) if data is not None and data.size else np.zeros(1, np.uint8)
-    out_offsets = np.empty(count + 1, dtype=np.int64)
-    out = compiled.take_binary(item_offsets.astype(np.int64), item_data, indices, mask, out_offsets)
-    if not large:
-        if int(out_offsets[-1]) >= 2**31:
-            return None  # too large for 32-bit offsets: Arrow's take says so
-        out_offsets = out_offsets.astype(np.int32)
-    return pa.Array.from_buffers(dtype, count, [bitmap(valid), pa.py_buffer(out_offsets), pa.py_buffer(out)])
