@@ -661,3 +661,47 @@ def test_writing_never_loads_the_compiled_loops(tmp_path):
     exec(_USUAL_TABLE, namespace)  # noqa: S102 - the test's own table code
     for version in ("2.1", "2.2"):
         assert dataset(str(tmp_path / version)).to_table().equals(namespace["table"])
+
+
+def _chunks(parts: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    data = b"".join(parts)
+    sizes = np.array([len(p) for p in parts], dtype=np.int64)
+    return np.frombuffer(data, dtype=np.uint8), exclusive_cumsum(sizes)[:-1], sizes
+
+
+def test_decompress_chunks_equals_one_by_one():
+    """Chunk buffers decompressed into one array equal each buffer decompressed alone: zstd with its
+    size prefix (the direct path, empty chunks included), bare zstd frames and lz4 (one by one)."""
+    from airflow_lance.core.file.v21.util import compress_lz4, compress_zstd, decompress, decompress_chunks
+
+    rng = np.random.default_rng(3)
+    texts = [bytes(rng.integers(97, 123, int(n), dtype=np.uint8)) for n in rng.integers(0, 5000, 40)]
+    texts[3] = b""
+    bare = [compress_zstd(t)[8:] for t in texts if t]  # frames whose header records their size
+    for scheme, parts in ((pb.COMPRESSION_ALGORITHM_ZSTD, [compress_zstd(t) for t in texts]),
+                          (pb.COMPRESSION_ALGORITHM_ZSTD, bare),
+                          (pb.COMPRESSION_ALGORITHM_LZ4, [compress_lz4(t) for t in texts])):
+        src, starts, sizes = _chunks(parts)
+        data, out_sizes = decompress_chunks(CTX, scheme, src, starts, sizes)
+        expected = [bytes(decompress(CTX, scheme, p)) for p in parts]
+        assert data.tobytes() == b"".join(expected)
+        assert out_sizes.tolist() == [len(e) for e in expected]
+
+
+@pytest.mark.parametrize("damage", ["truncated", "size too large", "size too small", "garbage", "implausible"])
+def test_decompress_chunks_refuses_damaged_zstd(damage):
+    """A damaged zstd chunk is a CorruptFileError naming the page, never a short or padded result."""
+    import struct
+
+    from airflow_lance.core.file.v21.util import compress_zstd, decompress_chunks
+
+    good = compress_zstd(b"the quick brown fox " * 200)
+    size, frame = struct.unpack_from("<Q", good)[0], good[8:]
+    bad = {"truncated": good[:-5],
+           "size too large": struct.pack("<Q", size + 1) + frame,
+           "size too small": struct.pack("<Q", size - 1) + frame,
+           "garbage": struct.pack("<Q", size) + bytes(len(frame)),
+           "implausible": struct.pack("<Q", 1 << 40) + frame}[damage]
+    src, starts, sizes = _chunks([good, bad, good])
+    with pytest.raises(CorruptFileError, match="mem.lance"):
+        decompress_chunks(CTX, pb.COMPRESSION_ALGORITHM_ZSTD, src, starts, sizes)

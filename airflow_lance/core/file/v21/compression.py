@@ -48,7 +48,7 @@ from airflow_lance.core.file.v21.util import (
     Ctx,
     as_u8,
     check_ranges,
-    decompress,
+    decompress_chunks,
     exclusive_cumsum,
     fixed_dtype,
     take_ranges,
@@ -484,19 +484,16 @@ def split_rows(data: np.ndarray, n: int, widths: list[int]) -> Struct:
 
 def _decompress_each(ctx, scheme: int, src, starts, sizes,
                      keep_source: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """General-decompress one buffer per chunk (a Python loop: each chunk is its own frame).
+    """General-decompress one buffer per chunk (each chunk is its own frame).
 
     Returns a new source with the new ranges: the decompressed buffers back to back, after the
     old source where other buffers still point into it (``keep_source``).
     """
-    pieces = [as_u8(decompress(ctx, scheme, memoryview(src[s: s + n])))
-              for s, n in zip(starts.tolist(), sizes.tolist())]
-    new_sizes = np.array([len(p) for p in pieces], dtype=np.int64)
+    data, new_sizes = decompress_chunks(ctx, scheme, as_u8(src), starts, sizes)
     if not keep_source:
-        data = np.concatenate(pieces) if pieces else np.zeros(0, np.uint8)
         return data, exclusive_cumsum(new_sizes)[:-1], new_sizes
     new_starts = len(src) + exclusive_cumsum(new_sizes)[:-1]
-    return np.concatenate([src, *pieces]), new_starts, new_sizes
+    return np.concatenate([src, data]), new_starts, new_sizes
 
 
 _DECODERS = {

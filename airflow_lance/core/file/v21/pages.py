@@ -47,7 +47,7 @@ from airflow_lance.core.file.v21.structure import max_rep, visible_threshold
 from airflow_lance.core.file.v21.util import (
     Ctx,
     as_u8,
-    decompress,
+    decompress_chunks,
     exclusive_cumsum,
     fixed_dtype,
     gather,
@@ -636,11 +636,9 @@ def _variable_per_value(ctx: Ctx, encoding: pb.CompressiveEncoding, block: Varia
         return Variable(offsets, data, inner.n)
     if which == "general":
         # every value is its own frame: one decompression per value (values are >= 32 KiB)
-        scheme = encoding.general.compression.scheme
-        pieces = [as_u8(decompress(ctx, scheme, memoryview(block.data[s:e])))
-                  for s, e in zip(block.offsets[:-1].tolist(), block.offsets[1:].tolist())]
-        lengths = np.array([len(p) for p in pieces], dtype=np.int64)
-        data = np.concatenate(pieces) if pieces else np.zeros(0, np.uint8)
+        offsets = np.asarray(block.offsets, dtype=np.int64)
+        data, lengths = decompress_chunks(ctx, encoding.general.compression.scheme, as_u8(block.data),
+                                          offsets[:-1], np.diff(offsets))
         out = Variable(exclusive_cumsum(lengths), data, block.n)
         if encoding.general.HasField("values") and kind(encoding.general.values) != "variable":
             return _variable_per_value(ctx, encoding.general.values, out)
