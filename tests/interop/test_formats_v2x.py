@@ -220,6 +220,37 @@ def test_dictionary_strings_with_nulls(tmp_path, version, loops):
 # ----------------------------------------------------------------------------- pylance reads our files
 
 
+@pytest.mark.parametrize("version", ["2.1", "2.2"])
+def test_pylance_reads_our_large_strings_in_full_zip_pages(tmp_path, version):
+    """Values of large types long enough for full-zip pages (documents, blobs) carry 64-bit lengths,
+    as pylance writes them: pylance refuses 32-bit lengths there ("expected 64-bit offsets"), so
+    before, every such column we wrote was unreadable by pylance. Nulls, lists and a field asking
+    for zstd too; ``string``/``binary`` keep 32-bit lengths."""
+    rng = np.random.default_rng(11)
+    rows = 300
+
+    def text(low: int, high: int, count: int = rows) -> list[str]:
+        ends = np.cumsum(rng.integers(low, high, count))
+        letters = rng.integers(97, 123, int(ends[-1]) if count else 0, dtype=np.uint8).tobytes().decode()
+        return [letters[a:b] for a, b in zip([0, *ends[:-1].tolist()], ends.tolist())]
+
+    docs = text(150, 3000)
+    zstd = {"lance-encoding:compression": "zstd"}
+    table = pa.table({
+        "doc": pa.array(docs, pa.large_string(), mask=rng.random(rows) < 0.2),
+        "blob": pa.array([d.encode() for d in text(40_000, 50_000, rows)], pa.large_binary()),
+        "chapters": pa.array([text(150, 400, int(k)) for k in rng.integers(0, 4, rows)], pa.list_(pa.large_string())),
+        "note": pa.array(docs, pa.string()),
+    }).cast(pa.schema([pa.field("doc", pa.large_string()), pa.field("blob", pa.large_binary(), metadata=zstd),
+                       pa.field("chapters", pa.list_(pa.large_string())), pa.field("note", pa.string())]))
+    uri = str(tmp_path / "large")
+    ours.write_dataset(table, uri, data_storage_version=version)
+    assert "full_zip_layout" in _encodings(uri)
+    assert pylance.dataset(uri).to_table().equals(table)
+    assert ours.dataset(uri).to_table().equals(table)
+
+
+
 @pytest.mark.parametrize("version", ["2.1", "2.2", "stable"])
 def test_pylance_reads_what_we_write(uri, version):
     ours.write_dataset(MIXED, uri, data_storage_version=version, max_rows_per_file=1500)

@@ -18,7 +18,7 @@ short values        types) chunk-relative offsets; 2.2: zstd of each chunk
                     (``general``) or FSST codes (``fsst``) when they shrink
 dictionary arrays   mini-block with the page dictionary (``variable`` or
                     ``flat`` block) and flat indices
-anything larger     full-zip: control word, u32 length + bytes or the fixed
+anything larger     full-zip: control word, u32 (u64 for large types) length + bytes or the fixed
                     value per entry; byte-packed repetition index
 ==================  =======================================================
 
@@ -981,18 +981,21 @@ def _full_zip(layers, rep, defs, visible_mask, leaf: _Leaf):
     value_src = np.zeros(entries, dtype=np.int64)
     prefix_len = np.full(entries, word, dtype=np.int64)
     if leaf.kind == "variable":
-        layout.bits_per_offset = 32
-        layout.value_compression.CopyFrom(pb.CompressiveEncoding(variable=pb.Variable(offsets=_flat(32))))
+        # lengths as wide as the type's offsets: pylance refuses 32-bit lengths for large types
+        length_bytes = 8 if leaf.large else 4
+        layout.bits_per_offset = 8 * length_bytes
+        layout.value_compression.CopyFrom(
+            pb.CompressiveEncoding(variable=pb.Variable(offsets=_flat(8 * length_bytes))))
         lengths = np.diff(leaf.offsets)
         vis_index = np.flatnonzero(visible)
         value_len[vis_index] = np.where(valid[vis_index], lengths, 0)
         value_src[vis_index] = leaf.offsets[:-1]
         has_len = visible & valid
-        prefix_len[has_len] += 4
-        prefix = np.zeros((entries, word + 4), dtype=np.uint8)
+        prefix_len[has_len] += length_bytes
+        prefix = np.zeros((entries, word + length_bytes), dtype=np.uint8)
         if word:
             prefix[:, :word] = control_bytes.reshape(entries, word)
-        prefix[:, word:] = value_len.astype("<u4").view(np.uint8).reshape(entries, 4)
+        prefix[:, word:] = value_len.astype(f"<u{length_bytes}").view(np.uint8).reshape(entries, length_bytes)
         data = leaf.joined()
     else:
         width = leaf.bits * max(leaf.dim, 1) // 8
