@@ -248,6 +248,11 @@ def test_pylance_reads_our_large_strings_in_full_zip_pages(tmp_path, version):
     assert "full_zip_layout" in _encodings(uri)
     assert pylance.dataset(uri).to_table().equals(table)
     assert ours.dataset(uri).to_table().equals(table)
+    # and the other way: pylance's full-zip blobs are zstd frames, one per value (decompress_chunks)
+    theirs = str(tmp_path / "theirs")
+    pylance.write_dataset(table, theirs, data_storage_version=version)
+    assert {"full_zip_layout", "general"} <= _encodings(theirs)
+    assert ours.dataset(theirs).to_table().equals(table)
 
 
 
