@@ -7,7 +7,7 @@ default); then full scans and the [id, score] projection of that dataset by
 us and by pylance (and, when the ``fast`` extra's compiled loops are
 installed, by us with ``AIRFLOW_LANCE_KERNELS=numpy`` as well); then our 2.2 write vs pylance's 2.2 write (plus our 2.0
 write for reference), with sizes on disk, then full scans of our 2.2 file by
-both. Dirty pages are flushed (``os.sync()``) before every read and write.
+both. Dirty pages are flushed (``os.sync()``) before every read.
 Reads report wall and CPU time (all threads of the process; steadier on a
 loaded machine). Medians of --reps runs; every
 result is freed (and gc run) before the next repetition. Ratios: "x slower"
@@ -83,8 +83,8 @@ def bench_variant(name: str, rows: int, reps: int, tmp: pathlib.Path) -> list[di
             return result
 
         # dirty pages of the writes before (GBs on wide data) are flushed first: the kernel's writeback
-        # would otherwise compete with the scans for the cores (the narrow scans of our own file took
-        # 0.39 s after the wide writes, 0.24 s without them)
+        # would otherwise compete with the scans for the cores (the narrow scan of our own file after
+        # the wide variant: 0.39 s without the flush, 0.32 s with it; 0.24 s in a narrow-only run)
         seconds = timed(run, reps, setup=os.sync)
         cpu_seconds = sorted(cpu)[len(cpu) // 2]
         results.append({"variant": name, "case": label, "seconds": seconds, "mb_s": nbytes / seconds,
