@@ -255,7 +255,6 @@ def test_pylance_reads_our_large_strings_in_full_zip_pages(tmp_path, version):
     assert ours.dataset(theirs).to_table().equals(table)
 
 
-
 @pytest.mark.parametrize("version", ["2.1", "2.2", "stable"])
 def test_pylance_reads_what_we_write(uri, version):
     ours.write_dataset(MIXED, uri, data_storage_version=version, max_rows_per_file=1500)

@@ -637,7 +637,7 @@ table = pa.table({
 def test_writing_never_loads_the_compiled_loops(tmp_path):
     """The writer's gathers of such a table are long ranges (string and mini-block chunks), which
     pyarrow copies faster than the compiled loop: a process that only writes 2.1/2.2 files (an
-    Airflow task) does not pay for loading numba (over a second of CPU on the test machine).
+    Airflow task) does not pay for loading numba (about 0.8 s of CPU on the test machine).
     Checked in a fresh interpreter with the compiled loops allowed (``auto``, the ``fast`` extra
     installed); the files read back as the table."""
     import os
