@@ -323,6 +323,8 @@ _U32 = struct.Struct("<I")
 _ZSTD_MAGIC = 0xFD2FB528
 #: Refuse to inflate a single buffer beyond this (a corrupt size prefix could ask for petabytes).
 MAX_DECOMPRESSED = 1 << 34
+#: The formats' maximum expansion of a buffer (decompressed bytes per compressed byte).
+_MAX_RATIO = {"zstd": 40_000, "lz4_raw": 255}
 
 
 def _zstd_frame_size(data: bytes | memoryview) -> int | None:
@@ -375,8 +377,7 @@ def decompress(ctx: Ctx, scheme: int, data: bytes | memoryview | pa.Buffer) -> p
             size, body, codec = _U32.unpack_from(raw, 0)[0], raw[4:], "lz4_raw"
         else:
             raise ctx.unsupported(f"general compression scheme {scheme}")
-        ratio = 255 if codec == "lz4_raw" else 40_000  # the formats' maximum expansion
-        ctx.check(size <= MAX_DECOMPRESSED and size <= ratio * len(body) + 1024,
+        ctx.check(size <= MAX_DECOMPRESSED and size <= _MAX_RATIO[codec] * len(body) + 1024,
                   f"implausible decompressed size {size}")
         if size == 0:
             return pa.py_buffer(b"")
@@ -426,8 +427,8 @@ def decompress_chunks(ctx: Ctx, scheme: int, src: np.ndarray, starts: np.ndarray
 def _zstd_into(ctx: Ctx, src: np.ndarray, starts: np.ndarray, sizes: np.ndarray,
                declared: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     bodies = sizes - 8
-    ctx.check(bool(np.all((declared >= 0) & (declared <= MAX_DECOMPRESSED) & (declared <= 40_000 * bodies + 1024))),
-              "implausible decompressed size")
+    ctx.check(bool(np.all((declared >= 0) & (declared <= MAX_DECOMPRESSED)
+                          & (declared <= _MAX_RATIO["zstd"] * bodies + 1024))), "implausible decompressed size")
     out = np.empty(int(declared.sum()), dtype=np.uint8)
     target, source = memoryview(out), memoryview(src)
     dctx = _zstd_decompressor()
