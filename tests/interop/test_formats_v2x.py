@@ -199,6 +199,31 @@ def test_every_encoding_pylance_emits_is_read(tmp_path, version, loops):
 
 
 @pytest.mark.parametrize("version", ["2.1", "2.2"])
+def test_vectors_whose_items_are_all_null(tmp_path, version, loops):
+    """Where every item of a fixed-size list page is null, pylance stores no item bytes: the full-zip
+    rows hold only the item validity, the items are a ``constant`` without a value. We refused such
+    files ('full-zip list items encoded as 'constant''): found by random tables written by pylance."""
+    rows = 3000
+    items = pa.nulls(rows * 16, pa.float32())
+    cases = {
+        "all items null": pa.FixedSizeListArray.from_arrays(items, 16),
+        "null rows too": pa.FixedSizeListArray.from_arrays(items, 16, mask=pa.array(np.arange(rows) % 3 == 0)),
+        "one item": pa.FixedSizeListArray.from_arrays(pa.nulls(rows, pa.float64()), 1),
+        "vectors of vectors": pa.FixedSizeListArray.from_arrays(pa.FixedSizeListArray.from_arrays(items, 4), 4),
+    }
+    vectors = pa.FixedSizeListArray.from_arrays(pa.array(np.arange(rows * 16, dtype=np.float32)), 16)
+    table = pa.table({**cases, "id": pa.array(np.arange(rows)), "vector": vectors})
+    uri = str(tmp_path / "nulls")
+    pylance.write_dataset(table, uri, data_storage_version=version, max_rows_per_file=1000)
+    assert "constant" in _encodings(uri)
+    assert ours.dataset(uri).to_table().equals(table)
+    taken = np.array([0, 1, 2, 999, 1000, 2998, 2999])
+    assert ours.dataset(uri).take(taken, columns=list(cases)).equals(table.select(list(cases)).take(taken))
+    filtered = ours.dataset(uri).to_table(columns=["null rows too", "id"], filter="id >= 1500")
+    assert filtered.equals(table.select(["null rows too", "id"]).slice(1500))
+
+
+@pytest.mark.parametrize("version", ["2.1", "2.2"])
 def test_dictionary_strings_with_nulls(tmp_path, version, loops):
     """Low-cardinality strings and binaries with nulls and empty values (pylance stores them with a
     page dictionary): read as pylance reads them, with either loops."""

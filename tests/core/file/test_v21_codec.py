@@ -80,6 +80,18 @@ def test_compiled_unpack_equals_numpy_for_every_width(bits, monkeypatch):
         assert got.dtype == expected.dtype and np.array_equal(got, expected), width
 
 
+def test_values_without_bytes_must_all_be_null():
+    """A constant without a value (no bytes stored: pylance's all-null vector items) becomes nulls
+    of the column's width; a valid value without bytes is a corrupt file, not a made-up zero."""
+    from airflow_lance.core.file.v21.blocks import Fixed, to_arrow
+
+    empty = Fixed(np.zeros(0, np.uint8), 0, 3)
+    assert to_arrow(empty, pa.float32(), np.zeros(3, bool), CTX).equals(pa.nulls(3, pa.float32()))
+    for valid in (None, np.array([False, True, False])):
+        with pytest.raises(CorruptFileError, match="0-bit values"):
+            to_arrow(empty, pa.float32(), valid, CTX)
+
+
 def test_dictionary_take_of_strings_checks_indices(loops):
     """Dictionary-encoded strings: an index past the dictionary is a CorruptFileError (the compiled
     loop would read out of bounds); a null slot's index is never looked at."""

@@ -603,9 +603,14 @@ def _fsl_per_value(ctx: Ctx, encoding: pb.CompressiveEncoding, rows2d: np.ndarra
         nullable.append(encoding.fixed_size_list.has_validity)
         encoding = encoding.fixed_size_list.values
     ctx.check(all(d > 0 for d in dims), "fixed-size list of 0 items")
-    if kind(encoding) != "flat" or encoding.flat.bits_per_value % 8:
+    constant = None  # items stored once for all (pylance: ``constant`` without a value when every item is null)
+    if kind(encoding) == "constant":
+        constant = np.frombuffer(encoding.constant.value, dtype=np.uint8)
+        bits = 8 * len(constant)
+    elif kind(encoding) == "flat" and encoding.flat.bits_per_value % 8 == 0:
+        bits = encoding.flat.bits_per_value
+    else:
         raise ctx.unsupported(f"full-zip list items encoded as {kind(encoding)!r}")
-    bits = encoding.flat.bits_per_value
     cumulative = np.cumprod(dims)
     offset, valids = 0, []
     for count, has_validity in zip(cumulative.tolist(), nullable):
@@ -617,8 +622,13 @@ def _fsl_per_value(ctx: Ctx, encoding: pb.CompressiveEncoding, rows2d: np.ndarra
             offset += width
         else:
             valids.append(None)
-    ctx.check(rows2d.shape[1] - offset == int(cumulative[-1]) * bits // 8, "full-zip list width mismatch")
-    block: Block = Fixed(np.ascontiguousarray(rows2d[:, offset:]).reshape(-1), bits, n * int(cumulative[-1]))
+    items = n * int(cumulative[-1])
+    if constant is not None:
+        ctx.check(rows2d.shape[1] == offset, "full-zip list width mismatch")
+        block: Block = Fixed(np.tile(constant, items), bits, items)
+    else:
+        ctx.check(rows2d.shape[1] - offset == int(cumulative[-1]) * bits // 8, "full-zip list width mismatch")
+        block = Fixed(np.ascontiguousarray(rows2d[:, offset:]).reshape(-1), bits, items)
     for k in range(len(dims) - 1, -1, -1):
         block = Fsl(dims[k], valids[k], block, n * (int(cumulative[k - 1]) if k else 1))
     return block
