@@ -87,6 +87,7 @@ def test_values_without_bytes_must_all_be_null():
 
     empty = Fixed(np.zeros(0, np.uint8), 0, 3)
     assert to_arrow(empty, pa.float32(), np.zeros(3, bool), CTX).equals(pa.nulls(3, pa.float32()))
+    assert to_arrow(Fixed(np.zeros(0, np.uint8), 0, 0), pa.float32(), None, CTX).equals(pa.array([], pa.float32()))
     for valid in (None, np.array([False, True, False])):
         with pytest.raises(CorruptFileError, match="0-bit values"):
             to_arrow(empty, pa.float32(), valid, CTX)

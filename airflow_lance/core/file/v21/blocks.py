@@ -110,7 +110,7 @@ def to_arrow(block: Block, dtype: pa.DataType, valid: np.ndarray | None, ctx: Ct
         return pa.nulls(n)
     if isinstance(block, Fixed):
         bits = fixed_bits(dtype)
-        if block.bits == 0 and bits and n and not (valid is None or valid[:n].any()):
+        if block.bits == 0 and bits and (n == 0 or (valid is not None and not valid[:n].any())):
             # a constant without a value (pylance's all-null items of a fixed-size list): no bytes stored
             return pa.Array.from_buffers(dtype, n, [validity, pa.py_buffer(np.zeros((n * bits + 7) // 8, np.uint8))])
         if bits is None or bits != block.bits:
