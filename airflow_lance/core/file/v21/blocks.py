@@ -108,11 +108,19 @@ def to_arrow(block: Block, dtype: pa.DataType, valid: np.ndarray | None, ctx: Ct
         return values.dictionary_encode().cast(dtype) if len(values) else pa.array([], dtype)
     if pa.types.is_null(dtype):
         return pa.nulls(n)
+    if isinstance(block, Fixed) and block.bits == 0:  # a constant without a value: no bytes stored
+        # Its values are null, as pylance reads them. Vectors of all-null items are stored so (pylance 12+:
+        # the items, under the vectors' validity; pylance 1.0.4-9.0.1: the vectors), and where those gave
+        # the vectors a validity, pylance reads the valid ones as vectors of null items.
+        if valid is None:
+            return pa.nulls(n, dtype)
+        if pa.types.is_fixed_size_list(dtype):
+            items = pa.nulls(n * dtype.list_size, dtype.value_type)
+            return pa.Array.from_buffers(dtype, n, [validity], children=[items])
+        if not valid[:n].any():
+            return pa.nulls(n, dtype)
     if isinstance(block, Fixed):
         bits = fixed_bits(dtype)
-        if block.bits == 0 and bits and (n == 0 or (valid is not None and not valid[:n].any())):
-            # a constant without a value (pylance's all-null items of a fixed-size list): no bytes stored
-            return pa.Array.from_buffers(dtype, n, [validity, pa.py_buffer(np.zeros((n * bits + 7) // 8, np.uint8))])
         if bits is None or bits != block.bits:
             raise ctx.corrupt(f"{block.bits}-bit values for a {dtype} column")
         if len(block.data) * 8 < n * bits:

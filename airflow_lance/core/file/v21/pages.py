@@ -447,7 +447,10 @@ def _full_zip(
     layers = list(layout.layers)
     limit = visible_threshold(layers) if layers else 0
     if details == "bits_per_value":
-        ctx.check(layout.bits_per_value % 8 == 0 and layout.bits_per_value > 0, "full-zip values not byte-aligned")
+        # 0 bits: no bytes per entry, the values a ``constant`` (pylance 1.0.4-9.0.1 so wrote vectors
+        # whose items are all null)
+        ctx.check(layout.bits_per_value % 8 == 0 and (layout.bits_per_value > 0 or kind(layout.value_compression)
+                                                      == "constant"), "full-zip values not byte-aligned")
         value_bytes, length_bytes = layout.bits_per_value // 8, 0
     elif details == "bits_per_offset":
         ctx.check(layout.bits_per_offset in (32, 64), f"full-zip lengths of {layout.bits_per_offset} bits")
@@ -592,6 +595,9 @@ def _fixed_per_value(ctx: Ctx, encoding: pb.CompressiveEncoding, rows2d: np.ndar
         return Fixed(np.ascontiguousarray(rows2d).reshape(-1), value_bytes * 8, n)
     if which == "fixed_size_list":
         return _fsl_per_value(ctx, encoding, np.ascontiguousarray(rows2d), n)
+    if which == "constant" and value_bytes == 0:  # nothing stored per entry (without a value: all null)
+        value = np.frombuffer(encoding.constant.value, dtype=np.uint8)
+        return Fixed(np.tile(value, n), 8 * len(value), n)
     raise ctx.unsupported(f"full-zip fixed-width encoding {which!r}")
 
 
