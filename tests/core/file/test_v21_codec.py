@@ -98,6 +98,17 @@ def test_values_without_bytes_are_null():
         to_arrow(empty, pa.float32(), np.array([False, True, False]), CTX)
 
 
+def test_a_byte_per_boolean():
+    """pylance 7.1.0 wrote booleans of some full-zip pages a byte each: read as booleans, nulls kept."""
+    from airflow_lance.core.file.v21.blocks import Fixed, to_arrow
+
+    block = Fixed(np.array([0, 1, 1, 0, 1], np.uint8), 8, 5)
+    got = to_arrow(block, pa.bool_(), np.array([True, True, False, True, True]), CTX)
+    assert got.equals(pa.array([False, True, None, False, True]))
+    with pytest.raises(CorruptFileError, match="value buffer too short"):
+        to_arrow(Fixed(np.array([1], np.uint8), 8, 2), pa.bool_(), None, CTX)
+
+
 def test_dictionary_take_of_strings_checks_indices(loops):
     """Dictionary-encoded strings: an index past the dictionary is a CorruptFileError (the compiled
     loop would read out of bounds); a null slot's index is never looked at."""
