@@ -4,8 +4,9 @@
 values too. Here every leaf draws a profile that steers them: strings short, long (full-zip pages
 of 2.1+), very long, low-cardinality (dictionaries), constant or mixed, random bytes or text;
 integers in a small or the full range of their type, constant, sorted or in runs; floats, booleans,
-fixed-size binaries, timestamps and dates. Lists may be mostly empty, fixed-size lists hold up to
-128 items (vectors, whose items may all be null), and nulls appear at every level at 0-100%. Built with numpy, no per-row Python.
+fixed-size binaries, timestamps, dates and dictionary arrays. Lists may be mostly empty, fixed-size
+lists hold up to 128 items (vectors, whose items may all be null), and nulls appear at every level
+at 0-100%. Built with numpy, no per-row Python.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ _STRING_LENGTHS = {"short": (0, 10), "medium": (20, 80), "long": (200, 600), "ve
 _BINARY_TYPES = {"string": pa.string(), "large_string": pa.large_string(), "binary": pa.binary(),
                  "large_binary": pa.large_binary()}
 LEAVES = ("int8", "int16", "int32", "int64", "uint8", "uint32", "uint64", "float32", "float64", "bool",
-          *_BINARY_TYPES, "fixed_size_binary", "timestamp", "date32")
+          *_BINARY_TYPES, "fixed_size_binary", "timestamp", "date32", "dictionary")
 #: A column's shape: a leaf (as often as all the nested shapes together), or nested.
 _SHAPES = ("leaf", "leaf", "leaf", "leaf", "struct", "list", "large_list", "fixed_size_list")
 #: Leaf values per column at most: the very long strings of a long list stay a few megabytes.
@@ -71,6 +72,8 @@ def leaf(rng: np.random.Generator, n: int, name: str) -> pa.Array:
     """``n`` values of the leaf type ``name`` (one of :data:`LEAVES`), no nulls."""
     if name in _BINARY_TYPES:
         return _strings(rng, n, name)
+    if name == "dictionary":
+        return _strings(rng, n, "string").dictionary_encode()
     if name == "bool":
         return pa.array(rng.random(n) < rng.random())
     if name in ("float32", "float64"):

@@ -35,8 +35,24 @@ def _manifest(uri: str) -> table_pb2.Manifest:
 
 
 def _decoded(column: pa.ChunkedArray) -> pa.ChunkedArray:
-    """Dictionary columns by value: pylance concatenates page dictionaries on read."""
-    return column.cast(column.type.value_type) if pa.types.is_dictionary(column.type) else column
+    """Dictionaries (at any depth) by value: pylance concatenates page dictionaries on read, and keeps
+    a null entry in the dictionary of an all-null column."""
+    plain = _without_dictionaries(column.type)
+    return column if plain == column.type else column.cast(plain)
+
+
+def _without_dictionaries(dtype: pa.DataType) -> pa.DataType:
+    if pa.types.is_dictionary(dtype):
+        return _without_dictionaries(dtype.value_type)
+    if pa.types.is_struct(dtype):
+        return pa.struct([f.with_type(_without_dictionaries(f.type)) for f in dtype])
+    if pa.types.is_fixed_size_list(dtype):
+        return pa.list_(dtype.value_field.with_type(_without_dictionaries(dtype.value_type)), dtype.list_size)
+    if pa.types.is_large_list(dtype):
+        return pa.large_list(dtype.value_field.with_type(_without_dictionaries(dtype.value_type)))
+    if pa.types.is_list(dtype):
+        return pa.list_(dtype.value_field.with_type(_without_dictionaries(dtype.value_type)))
+    return dtype
 
 
 def _columns_equal(mine: pa.Table, theirs: pa.Table) -> list[str]:
