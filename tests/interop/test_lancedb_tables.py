@@ -40,7 +40,7 @@ def _rows(start: int, n: int, seed: int, word: str = "more") -> pa.Table:
 
 def _make_table(root: Path, *, fts: bool) -> str:
     """A LanceDB table with a history; returns the dataset's uri."""
-    from lancedb.index import FTS, BTree, Bitmap, IvfPq, LabelList
+    from lancedb.index import FTS, Bitmap, BTree, IvfPq, LabelList
 
     db = lancedb.connect(str(root))
     table = db.create_table("items", _rows(0, 4000, seed=1))
