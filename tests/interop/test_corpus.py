@@ -141,6 +141,18 @@ def _values(column: pa.ChunkedArray) -> pa.Array:
     return array
 
 
+def test_every_corpus_dataset_is_whole():
+    """Each ``<name>.lance`` of a release has its ``<name>.json`` (else no test would read it) and a
+    version; a half-written dataset (a writer step that failed) is not committed."""
+    for release in (p for p in CORPUS.iterdir() if p.is_dir() and p.name[0].isdigit()):
+        datasets = {p.stem for p in release.glob("*.lance")}
+        described = {p.stem for p in release.glob("*.json") if not p.name.startswith("_")}
+        assert datasets == described, (release.name, datasets ^ described)
+        for name in datasets:
+            assert any((release / f"{name}.lance" / "_versions").glob("*.manifest")), (release.name, name)
+        assert not (release / "_failures.json").exists(), release.name
+
+
 @pytest.mark.parametrize(("release", "name", "version"), VERSIONS)
 def test_we_read_what_the_writing_release_read(release, name, version):
     uri = str(CORPUS / release / f"{name}.lance")
