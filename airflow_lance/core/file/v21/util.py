@@ -419,7 +419,8 @@ def decompress_chunks(ctx: Ctx, scheme: int, src: np.ndarray, starts: np.ndarray
         bare = magic & ((src[starts + 4] & 0x10) == 0)  # as decompress() tells a bare frame
         if not bare.any():
             return _zstd_into(ctx, src, starts, sizes, head.astype(np.int64))
-    pieces = [as_u8(decompress(ctx, scheme, memoryview(src[s: s + n]))) for s, n in zip(starts.tolist(), sizes.tolist())]
+    pieces = [as_u8(decompress(ctx, scheme, memoryview(src[s: s + n])))
+              for s, n in zip(starts.tolist(), sizes.tolist(), strict=True)]
     out_sizes = np.array([len(p) for p in pieces], dtype=np.int64)
     return (np.concatenate(pieces) if pieces else np.zeros(0, np.uint8)), out_sizes
 
