@@ -83,9 +83,14 @@ def _plan(uri: str, query: np.ndarray, metric: str) -> str:
 
 def _compare_recall(tmp_path, index_type: str, metric: str, n: int, queries: int, params: dict,
                     nprobes: int, builds: int = 1, dim: int = DIM, dtype: str = "float32") -> tuple[float, float]:
-    """Mean recall@10 of ``builds`` indices of ours and of pylance's (k-means is randomized: one
-    pylance build's recall varies by about +-0.02 around its mean on these sizes: the test takes the
-    means of 3 (IVF_FLAT) or 4 (IVF_PQ) builds of each), on vectors of ``dtype``."""
+    """Mean recall@10 of ``builds`` indices of ours and of pylance's, on vectors of ``dtype``.
+
+    k-means and PQ training are randomized. On 3,000 vectors of 16 dimensions, over 60 builds of
+    each, one IVF_PQ build's recall has a standard deviation of 0.01-0.03 (pylance's as much as
+    ours: 8-bit cosine ours 0.590 +-0.009, pylance 0.593 +-0.011; 4-bit l2 0.456 +-0.024 vs 0.425
+    +-0.030), so a mean over 3-4 builds fell 0.02 below pylance's about once in 100 runs (CI did).
+    Over 8 IVF_PQ builds a resampling of those 60 puts a false failure at under 1 in 2,000 per
+    test; IVF_FLAT's recall varies by under 0.005 (pylance's dot by 0.016), 3 builds suffice."""
     ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
     vectors = _vectors(n, dim).astype(dtype)
     live = _write_with_pylance(ours, vectors)
@@ -123,7 +128,7 @@ CASES = [(t, m) for t in ("IVF_FLAT", "IVF_PQ") for m in ("l2", "cosine", "dot")
 def test_pylance_uses_our_index_with_the_recall_of_its_own(tmp_path, index_type, metric):
     params = {"num_partitions": 16} | ({"num_sub_vectors": 4} if index_type == "IVF_PQ" else {})
     ours, theirs = _compare_recall(tmp_path, index_type, metric, 3000, 150, params, nprobes=4,
-                                   builds=3 if index_type == "IVF_FLAT" else 4, dim=16)
+                                   builds=3 if index_type == "IVF_FLAT" else 8, dim=16)
     print(f"recall@10 {index_type} {metric}: ours {ours:.3f}, pylance {theirs:.3f}")
     assert ours >= theirs - 0.02, (ours, theirs)
     assert ours > (0.9 if index_type == "IVF_FLAT" else 0.4), ours
