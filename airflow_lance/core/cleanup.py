@@ -230,6 +230,15 @@ def _is_old(version: _Version, read_version: int, cutoff_s: float | None, retain
     return old
 
 
+def _sidecar_owner(path: str) -> str | None:
+    """The data file a blob sidecar belongs to: pylance 14 stores a data file's packed and dedicated
+    blob v2 payloads as ``data/{stem}/{id}.blob`` next to ``data/{stem}.lance``."""
+    if not path.startswith(layout.DATA_DIR + "/") or not path.endswith(layout.BLOB_SIDECAR_SUFFIX):
+        return None
+    directory = path.rsplit("/", 1)[0]
+    return directory + ".lance" if directory != layout.DATA_DIR else None
+
+
 class _Classifier:
     """Decides the fate of each listed file from the references of kept and old versions."""
 
@@ -267,6 +276,13 @@ class _Classifier:
             return self._unverified(info, "index")
         if layout.is_temp_file_name(name):
             return self._unverified(info, "temp")
+        owner = _sidecar_owner(info.path)
+        if owner is not None:  # a blob v2 sidecar goes with its data file
+            if owner in self.referenced or info.path in self.referenced:
+                return None
+            if owner in self.verified:
+                return _Candidate(info.path, info.size, "data")
+            return self._unverified(info, "data")
         kind = {
             (layout.DATA_DIR, ".lance"): "data",
             (layout.DELETIONS_DIR, ".arrow"): "deletion",
@@ -302,13 +318,14 @@ def _delete(store: ObjectStore, candidates: list[_Candidate], stats: CleanupStat
 
 
 def _prune_empty_dirs(store: ObjectStore, removed: list[str]) -> None:
-    """On local disk, remove the ``_indices/{uuid}/`` and ``_airflow_staging/...`` directories cleanup emptied."""
+    """On local disk, remove the ``_indices/{uuid}/``, ``_airflow_staging/...`` and blob sidecar
+    (``data/{stem}/``) directories cleanup emptied."""
     if not isinstance(store, LocalStore):
         return  # object stores have no directories
     owned = (layout.INDICES_DIR + "/", layout.STAGING_DIR + "/")
-    parents = {os.path.dirname(p) for p in removed if p.startswith(owned)}
+    parents = {os.path.dirname(p) for p in removed if p.startswith(owned) or _sidecar_owner(p) is not None}
     for parent in sorted(parents, key=len, reverse=True):
-        while parent not in ("", layout.INDICES_DIR, layout.STAGING_DIR):
+        while parent not in ("", layout.INDICES_DIR, layout.STAGING_DIR, layout.DATA_DIR):
             try:
                 os.rmdir(os.path.join(store.root, parent))
             except OSError:  # not empty (or gone): leave it
@@ -390,7 +407,8 @@ def cleanup_old_versions(
         keep, keep_uuids = classifier.references([v for v in old if v.info.path in failed])
         others = [
             c for c in others
-            if c.path not in keep and not (c.kind == "index" and c.path.split("/")[1] in keep_uuids)
+            if c.path not in keep and _sidecar_owner(c.path) not in keep
+            and not (c.kind == "index" and c.path.split("/")[1] in keep_uuids)
         ]
     _delete(store, others, stats)
     if not dry_run:

@@ -13,6 +13,8 @@ import uuid as uuid_lib
 #: ``writer_version.library`` of the manifests we write.
 WRITER_LIBRARY = "airflow-lance"
 DATA_DIR = "data"
+#: pylance 14 keeps a data file's packed and dedicated blob v2 payloads in ``data/{stem}/{id}.blob``.
+BLOB_SIDECAR_SUFFIX = ".blob"
 VERSIONS_DIR = "_versions"
 TRANSACTIONS_DIR = "_transactions"
 DELETIONS_DIR = "_deletions"

@@ -315,6 +315,67 @@ def test_cleanup_removes_what_pylance_removes_and_every_kept_version_still_reads
     assert same_rows("a < 4", pylance.dataset(uri), "a")
 
 
+def _blob_history(uri: str) -> None:
+    """pylance 14 blob v2 columns: inline, packed and dedicated payloads (the last two in
+    ``data/{stem}/*.blob`` sidecars), a delete that drops a whole fragment, a compaction that
+    rewrites the sidecars, and our delete and append of other columns' rows."""
+    field = pylance.blob_field("img", inline_size_threshold=16, dedicated_size_threshold=2000)
+    schema = pa.schema([pa.field("id", pa.int64()), field])
+
+    def rows(start: int, n: int) -> pa.Table:
+        payloads = [bytes([i % 256]) * ((i * 397) % 4000) for i in range(start, start + n)]
+        return pa.table({"id": pa.array(range(start, start + n), pa.int64()), "img": pylance.blob_array(payloads)},
+                        schema=schema)
+
+    pylance.write_dataset(rows(0, 30), uri, max_rows_per_file=10)
+    pylance.write_dataset(rows(30, 10), uri, mode="append")
+    pylance.dataset(uri).delete("id < 10 OR id = 33")
+    ours.dataset(uri).delete("id = 12")
+    pylance.dataset(uri).optimize.compact_files()
+    pylance.write_dataset(rows(40, 10), uri, mode="append")
+    ours.dataset(uri).delete("id = 41")
+
+
+def _blobs(uri: str, version: int) -> list[bytes]:
+    ds = pylance.dataset(uri, version)
+    return [blob.read() for blob in ds.take_blobs("img", indices=list(range(ds.count_rows())))]
+
+
+@pytest.mark.parametrize("policy", [{"older_than": NOW}, {"retain_versions": 3},
+                                    {"older_than": NOW, "delete_unverified": True}])
+def test_cleanup_removes_blob_sidecars_with_their_data_files_as_pylance(uri, tmp_path, policy):
+    """A data file's blob v2 sidecars go when it goes (before, they stayed forever) and stay while any
+    kept version references it; an unreferenced sidecar is unverified, as any unreferenced file."""
+    _blob_history(uri)
+    orphans = {"data/" + "1" * 24 + "f" * 26 + "/00000000000000000000000000000001.blob": 1,
+               "data/" + "0" * 24 + "e" * 26 + "/10000000000000000000000000000000.blob": 30}
+    latest = os.path.getmtime(os.path.join(uri, "_versions", "latest_version_hint.json"))
+    for path, days in orphans.items():  # a failed write's sidecars: a young one and a month-old one
+        os.makedirs(os.path.dirname(os.path.join(uri, path)))
+        with open(os.path.join(uri, path), "wb") as handle:
+            handle.write(b"orphan" * 100)
+        when = latest - 1 if days == 1 else latest - days * 86400
+        os.utime(os.path.join(uri, path), (when, when))
+    theirs = str(tmp_path / "theirs.lance")
+    shutil.copytree(uri, theirs)
+    versions = [v["version"] for v in pylance.dataset(uri).versions()]
+    contents = {v: (pylance.dataset(uri, v).to_table(columns=["id"]), _blobs(uri, v)) for v in versions}
+    expected = pylance.dataset(theirs).cleanup_old_versions(**policy)
+    dry = ours.cleanup_old_versions(uri, dry_run=True, **policy)
+    stats = ours.cleanup_old_versions(uri, **policy)
+    assert files(uri) == files(theirs) and sorted(dry.files) == sorted(stats.files)
+    assert any(path.endswith(".blob") for path in stats.files)
+    assert (stats.old_versions, stats.data_files_removed, stats.bytes_removed) == (
+        expected.old_versions, expected.data_files_removed, expected.bytes_removed)
+    kept = [v["version"] for v in pylance.dataset(uri).versions()]
+    assert kept == [v["version"] for v in pylance.dataset(theirs).versions()] and len(kept) < len(versions)
+    for version in kept:
+        assert (pylance.dataset(uri, version).to_table(columns=["id"]), _blobs(uri, version)) == contents[version]
+        assert ours.dataset(uri, version).to_table(columns=["id"]).equals(contents[version][0])
+    data = os.path.join(uri, "data")  # no sidecar directory is left empty
+    assert all(os.listdir(os.path.join(data, d)) for d in os.listdir(data) if os.path.isdir(os.path.join(data, d)))
+
+
 def test_pylance_cleanup_after_our_compaction_keeps_our_dataset_whole(uri):
     ours.write_dataset(table(0, 300), uri, max_rows_per_file=20)
     ours.dataset(uri).delete("id % 6 = 0")
