@@ -23,6 +23,7 @@ from airflow_lance.core.errors import (
 )
 from airflow_lance.core.file import LanceFileWriter
 from airflow_lance.core.file.legacy_writer import GROUP_ROWS, LegacyFileWriter, check_dictionaries
+from airflow_lance.core.file.writer import check_supported_layouts
 from airflow_lance.core.fragment import DataFile, FragmentMetadata
 from airflow_lance.core.inputs import coerce_data
 from airflow_lance.core.manifest import (
@@ -216,6 +217,8 @@ def write_data_files(
     dictionaries = None
     if data_storage_version == LEGACY_STORAGE_VERSION:
         dictionaries = _dataset_dictionaries(store, schema, _latest_or_none(store) if latest is False else latest)
+    else:
+        check_supported_layouts(schema)  # before the sink creates anything
     sink = _FragmentSink(store, schema, max_rows_per_file, max_bytes_per_file, data_storage_version, dictionaries,
                          max_rows_per_group)
     try:

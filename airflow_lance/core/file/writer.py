@@ -302,6 +302,35 @@ class _Column:
         self.pending, self.pending_items, self.pending_bytes = [], 0, 0
 
 
+#: Field metadata that asks Lance to store a struct's children together in one column (any case of "true").
+PACKED_STRUCT_KEYS = ("lance-encoding:packed", "packed")
+#: Field metadata (any value) that makes Lance store binary values out of line, as blobs.
+BLOB_KEY = "lance-encoding:blob"
+_EXTENSION_KEY = "ARROW:extension:name"
+
+
+def is_packed_struct(field: file_pb2.Field) -> bool:
+    """Whether Lance stores this field as a packed struct (pylance's ``Field::is_packed_struct``)."""
+    return field.logical_type == "struct" and any(
+        field.metadata.get(key, b"").lower() == b"true" for key in PACKED_STRUCT_KEYS)
+
+
+def check_supported_layouts(schema: LanceSchema) -> None:
+    """Refuse, before anything is written, fields pylance stores in a layout of their own that we do
+    not write: packed structs (one column of all the children's values) and blobs (values out of
+    line: ``lance-encoding:blob``, pylance 14's blob v2 extension). Written as ordinary columns under
+    that metadata, pylance reads a packed struct as all nulls (2.1/2.2) and fails on the others."""
+    for field in schema.fields:
+        if is_packed_struct(field):
+            raise UnsupportedFeatureError(
+                f"field {field.name!r} is a packed struct ('lance-encoding:packed' metadata), which cannot be "
+                "written here; drop that metadata to store it as an ordinary struct")
+        if BLOB_KEY in field.metadata or field.metadata.get(_EXTENSION_KEY) == b"lance.blob.v2":
+            raise UnsupportedFeatureError(
+                f"field {field.name!r} is a blob column ('lance-encoding:blob' metadata or pylance's blob v2 "
+                "type), which cannot be written here; drop that metadata to store its values inline")
+
+
 class LanceFileWriter:
     """Writes one Lance data file (format 2.0 with footer version 0.3, or 2.1 / 2.2) to ``sink``."""
 
@@ -327,6 +356,7 @@ class LanceFileWriter:
         # pages of all columns being encoded in the background, oldest first, and their pending bytes
         self._encoding: deque[_Encoding] = deque()
         self._encoding_bytes = 0
+        check_supported_layouts(schema)
         if version == "2.0":
             self._top = [self._build(schema, f, f.name) for f in schema.top_level()]
         else:

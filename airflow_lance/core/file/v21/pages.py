@@ -665,7 +665,24 @@ def _variable_per_value(ctx: Ctx, encoding: pb.CompressiveEncoding, block: Varia
 
 
 def _variable_packed_struct(ctx: Ctx, packed: pb.VariablePackedStruct, block: Variable) -> Block:
-    """Rows of fields side by side (fixed: bytes; variable: length + bytes), one field at a time."""
+    """Rows of fields side by side (fixed: bytes; variable: length + bytes), one field at a time.
+
+    A null struct is stored as a row without bytes (pylance 14 writes such pages for nullable
+    packed structs, blob v2 descriptors among them; a valid row always has bytes): its fields decode
+    as zeros (a fixed field) or empty (a variable one), and the page's levels mark the row null."""
+    present = block.offsets[1:] > block.offsets[:-1]
+    if len(present) and not bool(present.all()):
+        if not packed.fields:
+            raise ctx.corrupt("packed struct without fields")
+        rows = np.flatnonzero(present)
+        starts, lengths = block.offsets[rows], block.offsets[rows + 1] - block.offsets[rows]
+        empty = b"".join(bytes(f.bits_per_value // 8 if f.WhichOneof("layout") == "bits_per_value"
+                               else f.bits_per_length // 8) for f in packed.fields)
+        data = np.concatenate([take_ranges(block.data, starts, lengths), np.frombuffer(empty, np.uint8)])
+        offsets = exclusive_cumsum(np.append(lengths, len(empty)))
+        decoded = _variable_packed_struct(ctx, packed, Variable(offsets, data, len(rows) + 1))
+        index = np.where(present, np.cumsum(present) - 1, len(rows))
+        return take(decoded, index, ctx)
     n = block.n
     cursor = block.offsets[:-1].copy()
     ends = block.offsets[1:]
