@@ -127,3 +127,45 @@ def test_a_copy_without_the_metadata_is_written(tmp_path):
     table = _with(pa.field("x", FIXED), 50)
     ours.write_dataset(table, uri)
     assert pylance.dataset(uri).to_table().equals(table)
+
+
+def test_we_read_pylances_2_0_packed_structs_and_blobs(tmp_path):
+    """Format 2.0 keeps a packed struct's children side by side in one column and a blob column as
+    (file position, size) descriptions of bytes stored elsewhere in the file (a null: position 1,
+    size 0). We refused both; now they read as pylance reads the struct and as its ``take_blobs``
+    reads the bytes, whole, by take (only the taken values' bytes are fetched) and filtered."""
+    rows = 6000
+    rng = np.random.default_rng(5)
+    packed = pa.struct([pa.field("a", pa.int32(), False), pa.field("f", pa.float32()),
+                        pa.field("u", pa.uint8()), pa.field("h", pa.binary(3)), pa.field("t", pa.timestamp("us"))])
+    sizes = rng.choice([0, 1, 100, 5000, 300_000], rows, p=[0.1, 0.3, 0.4, 0.19, 0.01])
+    payloads = [None if i % 11 == 3 else rng.bytes(int(sizes[i])) for i in range(rows)]
+    schema = pa.schema([pa.field("id", pa.int64()), pa.field("p", packed, metadata={"packed": "true"}),
+                        pa.field("b", pa.large_binary(), metadata={"lance-encoding:blob": "true"})])
+    table = pa.table({
+        "id": np.arange(rows),
+        "p": pa.StructArray.from_arrays(
+            [pa.array(np.arange(rows, dtype=np.int32)), pa.array(rng.random(rows).astype(np.float32)),
+             pa.array((np.arange(rows) % 256).astype(np.uint8)),
+             pa.array([i.to_bytes(3, "little") for i in range(rows)], pa.binary(3)),
+             pa.array(np.arange(rows) * 1_000_000, pa.timestamp("us"))], fields=list(packed)),
+        "b": pa.array(payloads, pa.large_binary()),
+    }, schema=schema)
+    uri = str(tmp_path / "packed_2_0")
+    pylance.write_dataset(table, uri, data_storage_version="2.0", max_rows_per_file=2500)
+    pylance.dataset(uri).delete("id % 7 = 0")
+    theirs = pylance.dataset(uri)
+    expected = theirs.to_table(columns=["id", "p"])
+    live = expected["id"].to_numpy()
+    blobs = [payloads[i] for i in live]
+    mine = ours.dataset(uri).to_table()
+    assert mine.select(["id", "p"]).equals(expected)
+    assert mine["b"].to_pylist() == blobs
+    assert [None if b is None else b.read() for b in theirs.take_blobs("b", indices=list(range(40)))] == blobs[:40]
+    picked = np.array([0, 1, 2, 3, 2499, 2500, len(live) - 1])
+    taken = ours.dataset(uri).take(picked)
+    assert taken.select(["id", "p"]).equals(expected.take(picked))
+    assert taken["b"].to_pylist() == [blobs[i] for i in picked]
+    filtered = ours.dataset(uri).to_table(filter="p.a >= 3000")
+    assert filtered["id"].to_pylist() == [i for i in live.tolist() if i >= 3000]
+    assert filtered["b"].to_pylist() == [payloads[i] for i in filtered["id"].to_pylist()]

@@ -11,7 +11,9 @@ optionally compressed with ``zstd`` (u64 size prefix) or ``lz4`` (u32 size
 prefix, raw block), or scheme ``none``), ``FixedSizeList``, ``Binary``,
 ``Dictionary`` (Arrow dictionary columns: 0-based with a null item; other
 string/binary columns: pylance's auto-dictionary, u8 1-based, 0 = null),
-``Constant`` and ``FixedSizeBinary``. Anything else raises
+``Constant`` and ``FixedSizeBinary``; ``PackedStruct`` (structs marked packed: their
+fixed-width children's values side by side per row, :func:`decode_packed_struct`; blob columns:
+a (position, size) description per value, :func:`decode_blob_descriptions`). Anything else raises
 ``UnsupportedFeatureError``; inconsistent pages raise ``CorruptFileError``.
 """
 
@@ -327,3 +329,63 @@ def decode_list_page(encoding: enc.ArrayEncoding, page: Page, n: int) -> tuple[n
     ends, nulls = clean_end_offsets(decode_uints(lst.offsets, page, n), lst.null_offset_adjustment,
                                     lst.num_items, page)
     return ends, nulls, lst.num_items
+
+
+# ----------------------------------------------------------------------------- packed structs and blobs
+
+
+def _packed_widths(packed: enc.PackedStruct, page: Page) -> list[int]:
+    """Bytes per value of each field of a packed struct (flat, byte-aligned, without nulls)."""
+    widths = []
+    for inner in packed.inner:
+        if _kind(inner) == "nullable" and inner.nullable.WhichOneof("nullability") == "no_nulls":
+            inner = inner.nullable.no_nulls.values
+        if _kind(inner) != "flat":
+            raise page.unsupported(f"packed struct field encoding {_kind(inner)!r}")
+        bits = inner.flat.bits_per_value
+        if bits == 0 or bits % 8 or (inner.flat.HasField("compression") and inner.flat.compression.scheme
+                                     not in ("", "none")):
+            raise page.unsupported(f"packed struct field of {bits} bits (compression "
+                                   f"{inner.flat.compression.scheme or 'none'!r})")
+        widths.append(bits // 8)
+    return widths
+
+
+def _packed_rows(packed: enc.PackedStruct, page: Page, n: int) -> tuple[np.ndarray, list[int]]:
+    """The page's ``n`` packed rows as an (n, row width) byte matrix, and the fields' widths."""
+    widths = _packed_widths(packed, page)
+    row = sum(widths)
+    buffer = _sized(page.buffer(packed.buffer), n * row, page, "packed struct")
+    return np.frombuffer(buffer, dtype=np.uint8, count=n * row).reshape(n, row), widths
+
+
+def decode_packed_struct(packed: enc.PackedStruct, page: Page, n: int, dtype: pa.StructType) -> pa.Array:
+    """A packed struct page (2.0 structs whose field metadata says ``packed``): for each row, every
+    field's value in field order, ``n`` rows; 2.0 structs have no validity."""
+    rows, widths = _packed_rows(packed, page, n)
+    if len(widths) != dtype.num_fields:
+        raise page.corrupt(f"packed struct of {len(widths)} fields for a struct of {dtype.num_fields}")
+    children, start = [], 0
+    for field, width in zip(dtype, widths):
+        bits = _fixed_bits(field.type)
+        if bits is None or bits != 8 * width:
+            raise page.corrupt(f"packed struct field {field.name!r} of {8 * width} bits for a {field.type} value")
+        values = np.ascontiguousarray(rows[:, start: start + width])
+        children.append(pa.Array.from_buffers(field.type, n, [None, pa.py_buffer(values)]))
+        start += width
+    return pa.StructArray.from_arrays(children, fields=list(dtype))
+
+
+def decode_blob_descriptions(packed: enc.PackedStruct, page: Page, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """A 2.0 blob column page: (file position, size) of each of its ``n`` values as u64 arrays;
+    a null value is stored as position 1, size 0 (an empty one as 0, 0)."""
+    rows, widths = _packed_rows(packed, page, n)
+    if widths != [8, 8]:
+        raise page.corrupt(f"blob descriptions of {widths} bytes (expected two u64 fields)")
+    pairs = rows.view("<u8").reshape(n, 2)
+    return pairs[:, 0].copy(), pairs[:, 1].copy()
+
+
+def is_blob_page(encoding: enc.ArrayEncoding, dtype: pa.DataType) -> bool:
+    """A 2.0 page of out-of-line binary values (``lance-encoding:blob``)."""
+    return dtype in BINARY_TYPES and _kind(encoding) == "packed_struct"

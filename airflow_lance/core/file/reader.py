@@ -49,6 +49,7 @@ from airflow_lance.core._proto import encodings_v2_1_pb2, file2_pb2, file_pb2
 from airflow_lance.core._proto.encodings_v2_0_pb2 import ArrayEncoding
 from airflow_lance.core.errors import CorruptFileError, InvalidInputError, LanceError, UnsupportedFeatureError
 from airflow_lance.core.file import decode
+from airflow_lance.core.file.blob_bytes import gather_blobs
 from airflow_lance.core.file.format import (
     FOOTER_SIZE,
     LEGACY_VERSIONS,
@@ -476,7 +477,7 @@ class _Assembler:
         elif self._binary_as_list(dtype, column, field):
             chunks = [self._list(field, dtype, column)]
         else:
-            chunks = [decode.decode_array(encoding, page, meta.length, dtype)
+            chunks = [self._leaf_page(encoding, page, meta.length, dtype)
                       for meta, page, encoding in self._pages(column, field)]
         if sum(len(c) for c in chunks) != rows:
             raise CorruptFileError(self.reader.path, f"field {field.name!r}: decoded length differs from the pages")
@@ -494,15 +495,44 @@ class _Assembler:
             encoding = unwrap_array_encoding(meta.encoding, self.reader.path)
             page = decode.Page(self.buffers[(column, number)], self.reader.path,
                                f"column {column} ({field.name!r}) page {number}")
+            if decode.is_blob_page(encoding, dtype):  # only the selected values' bytes are fetched
+                chunks.append(self._blobs(encoding, page, meta.length, dtype, select))
+                continue
             chunk = decode.decode_array(encoding, page, meta.length, dtype)
             if len(chunk) != meta.length:
                 raise page.corrupt("decoded length differs from the page")
             chunks.append(chunk if len(select) == meta.length else chunk.take(pa.array(select)))
         return chunks or [pa.array([], type=dtype)]
 
+    def _leaf_page(self, encoding: ArrayEncoding, page: decode.Page, n: int, dtype: pa.DataType) -> pa.Array:
+        if decode.is_blob_page(encoding, dtype):
+            return self._blobs(encoding, page, n, dtype)
+        return decode.decode_array(encoding, page, n, dtype)
+
+    def _blobs(self, encoding: ArrayEncoding, page: decode.Page, n: int, dtype: pa.DataType,
+               select: np.ndarray | None = None) -> pa.Array:
+        """A page of a 2.0 blob column (``lance-encoding:blob``): its values' bytes, fetched from
+        where the descriptions point in the file (null: position 1, size 0)."""
+        position, size = decode.decode_blob_descriptions(encoding.packed_struct, page, n)
+        if select is not None and len(select) != n:
+            position, size = position[select], size[select]
+        valid = (position != 1) | (size != 0)
+        values, offsets = gather_blobs(self.reader, position, size)
+        large = dtype in (pa.large_string(), pa.large_binary())
+        if not large and len(offsets) and int(offsets[-1]) > 2**31 - 1:
+            raise page.unsupported(f"{offsets[-1]} bytes of blobs in one page of a {dtype} column")
+        validity = None if bool(valid.all()) else pa.py_buffer(np.packbits(valid, bitorder="little"))
+        offsets = offsets if large else offsets.astype(np.int32)
+        return pa.Array.from_buffers(dtype, len(size), [validity, pa.py_buffer(offsets), pa.py_buffer(values)])
+
     def _struct(self, field: file_pb2.Field, dtype: pa.StructType, column: int) -> pa.Array:
+        pages = list(self._pages(column, field))
+        if pages and all(encoding.WhichOneof("array_encoding") == "packed_struct" for _, _, encoding in pages):
+            # a struct marked packed: its children's values side by side in the struct's own column
+            return _concat([decode.decode_packed_struct(encoding.packed_struct, page, meta.length, dtype)
+                            for meta, page, encoding in pages], dtype)
         rows = 0
-        for meta, page, encoding in self._pages(column, field):
+        for meta, page, encoding in pages:
             if encoding.WhichOneof("array_encoding") != "struct":
                 raise page.unsupported(f"struct encoding {encoding.WhichOneof('array_encoding')!r}")
             rows += meta.length

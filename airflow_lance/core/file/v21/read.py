@@ -21,10 +21,11 @@ import pyarrow as pa
 
 from airflow_lance.core._proto import file_pb2
 from airflow_lance.core.errors import LanceError, UnsupportedFeatureError
+from airflow_lance.core.file.blob_bytes import gather_blobs
 from airflow_lance.core.file.v21 import pages as page_codec
 from airflow_lance.core.file.v21.blocks import Fixed, Variable, bitmap, take, to_arrow
 from airflow_lance.core.file.v21.structure import ITEM, LIST, Level, check_layers, unravel
-from airflow_lance.core.file.v21.util import Ctx, exclusive_cumsum, take_ranges
+from airflow_lance.core.file.v21.util import Ctx, exclusive_cumsum
 from airflow_lance.core.schema import LanceSchema
 
 if TYPE_CHECKING:
@@ -229,23 +230,8 @@ class Assembler21:
         position, size = blobs
         if dtype not in (pa.large_binary(), pa.binary(), pa.large_string(), pa.string()):
             raise ctx.corrupt(f"blob page for a {dtype} column")
-        present = np.flatnonzero(size > 0)
-        data = np.zeros(0, dtype=np.uint8)
-        starts = np.zeros(len(size), dtype=np.int64)
-        if len(present):
-            low, high = int(position[present].min()), int((position[present] + size[present]).max())
-            ctx.check(high <= self.reader.file_size, "blob outside the file")
-            if high - low <= 2 * int(size.sum()) + (1 << 20):
-                data = np.frombuffer(self.reader._read_range(low, high - low), dtype=np.uint8)
-                starts[present] = position[present] - low
-            else:  # scattered blobs: one read each
-                pieces = [np.frombuffer(self.reader._read_range(int(p), int(n)), dtype=np.uint8)
-                          for p, n in zip(position[present].tolist(), size[present].tolist())]
-                data = np.concatenate(pieces)
-                starts[present] = exclusive_cumsum(size[present])[:-1]
-        values = take_ranges(data, starts, size)
-        block = Variable(exclusive_cumsum(size), values, len(size))
-        return to_arrow(block, dtype, valid, ctx)
+        values, offsets = gather_blobs(self.reader, position, size)
+        return to_arrow(Variable(offsets, values, len(size)), dtype, valid, ctx)
 
     # ------------------------------------------------------------------ rebuilding the tree
 
