@@ -218,7 +218,7 @@ def write_data_files(
     if data_storage_version == LEGACY_STORAGE_VERSION:
         dictionaries = _dataset_dictionaries(store, schema, _latest_or_none(store) if latest is False else latest)
     else:
-        check_supported_layouts(schema)  # before the sink creates anything
+        check_supported_layouts(schema, data_storage_version)  # before the sink creates anything
     sink = _FragmentSink(store, schema, max_rows_per_file, max_bytes_per_file, data_storage_version, dictionaries,
                          max_rows_per_group)
     try:

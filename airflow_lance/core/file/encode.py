@@ -34,8 +34,13 @@ import pyarrow.compute as pc
 
 from airflow_lance.core._proto import encodings_v2_0_pb2 as enc
 from airflow_lance.core.errors import UnsupportedFeatureError
+from airflow_lance.core.file.v21.util import exclusive_cumsum, take_ranges
 
 FIXED, BINARY, LIST, STRUCT, DICTIONARY, NULL = "fixed", "binary", "list", "struct", "dictionary", "null"
+#: A struct whose field metadata says ``packed``: its fields' values side by side, one column.
+PACKED = "packed"
+#: Binary values stored out of line (``lance-encoding:blob``): the page holds (position, size) pairs.
+BLOB = "blob"
 _BINARY_TYPES = (pa.string(), pa.large_string(), pa.binary(), pa.large_binary())
 
 
@@ -105,21 +110,28 @@ def page_bytes(kind: str, array: pa.Array) -> int:
     n = len(array)
     if kind == FIXED:
         return (n * fixed_bits(array.type) + 7) // 8
-    if kind == BINARY:
+    if kind in (BINARY, BLOB):
         offsets = offsets_of(array)
         return int(offsets[-1] - offsets[0]) + 8 * n
     if kind == LIST:
         return 8 * n
     if kind == DICTIONARY:
         return n * array.type.index_type.bit_width // 8
+    if kind == PACKED:
+        return n * packed_bytes(array.type)
     return 0
+
+
+def packed_bytes(dtype: pa.StructType) -> int:
+    """Bytes per row of a packed struct."""
+    return sum(fixed_bits(f.type) for f in dtype) // 8
 
 
 def rows_that_fit(kind: str, array: pa.Array, budget: int) -> int:
     """How many leading items of ``array`` fit in ``budget`` bytes (may be 0)."""
     if budget <= 0:
         return 0
-    if kind == BINARY:
+    if kind in (BINARY, BLOB):
         # every row costs at least 8 bytes (its offset): only a bounded prefix can fit
         candidates = min(len(array), budget // 8 + 1)
         offsets = offsets_of(array)[: candidates + 1]
@@ -131,6 +143,8 @@ def rows_that_fit(kind: str, array: pa.Array, budget: int) -> int:
         bits = 64
     elif kind == DICTIONARY:
         bits = array.type.index_type.bit_width
+    elif kind == PACKED:
+        bits = 8 * packed_bytes(array.type)
     else:
         return len(array)
     return min(len(array), budget * 8 // bits)
@@ -216,7 +230,70 @@ def encode_page(kind: str, chunks: list[pa.Array], length: int) -> EncodedPage:
         page.encoding = _encode_list(page, chunks)
     elif kind == DICTIONARY:
         page.encoding = _encode_dictionary(page, chunks, length)
+    elif kind == PACKED:
+        page.encoding = _encode_packed(page, chunks, length)
     return page
+
+
+def encode_blob_page(chunks: list[pa.Array], n: int, write_buffer) -> EncodedPage:
+    """A 2.0 blob page: the values' bytes go to the file first, in one buffer (``write_buffer``
+    returns its position), the page holds each value's (position, size) as a packed struct of two
+    u64 fields, as pylance writes them: an empty value is (0, 0), a null one (1, 0)."""
+    page = EncodedPage(n, ALL_NULLS)
+    lengths, parts = [], []
+    for chunk in chunks:
+        offsets = offsets_of(chunk).astype(np.int64)
+        sizes = np.diff(offsets)
+        nulls = _null_mask(chunk)
+        if nulls is not None:
+            sizes[nulls] = 0
+        data = chunk.buffers()[2]
+        source = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
+        parts.append(take_ranges(source, offsets[:-1], sizes))
+        lengths.append(sizes)
+    size = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
+    values = np.concatenate(parts) if parts else np.zeros(0, np.uint8)
+    start = write_buffer([pa.py_buffer(values)])[0] if len(values) else 0
+    position = np.where(size > 0, start + exclusive_cumsum(size)[:-1], 0)
+    nulls = [_null_mask(chunk) for chunk in chunks]
+    if any(mask is not None for mask in nulls):
+        null = np.concatenate([np.zeros(len(c), bool) if m is None else m for c, m in zip(chunks, nulls)])
+        position[null] = 1
+    pairs = np.stack([position, size], axis=1).astype("<u8")
+    index = page.add(pa.py_buffer(pairs.reshape(-1).view(np.uint8)))
+    page.encoding = enc.ArrayEncoding(packed_struct=enc.PackedStruct(
+        inner=[_no_nulls(_flat(64, index)), _no_nulls(_flat(64, index))], buffer=enc.Buffer(buffer_index=index)))
+    return page
+
+
+def check_packable(dtype: pa.StructType, path: str) -> None:
+    """A 2.0 packed struct: fields of byte-aligned fixed width (pylance's ``PackedStruct``)."""
+    for child in dtype:
+        if pa.types.is_boolean(child.type) or pa.types.is_fixed_size_list(child.type) or not _is_fixed(child.type):
+            raise UnsupportedFeatureError(f"field {path!r}: a packed struct field {child.name!r} of type "
+                                          f"{child.type} cannot be written to a 2.0 data file")
+
+
+def _encode_packed(page: EncodedPage, chunks: list[pa.Array], n: int) -> enc.ArrayEncoding:
+    """Every row's field values side by side (no nulls: 2.0 structs have no validity, and a packed
+    struct's fields hold none), each field described as a flat of its width over the same buffer."""
+    dtype = chunks[0].type
+    columns = []
+    for index, child in enumerate(dtype):
+        width = fixed_bits(child.type) // 8
+        parts = []
+        for chunk in chunks:
+            values = chunk.field(index)
+            if values.null_count:
+                raise UnsupportedFeatureError(f"packed struct field {child.name!r} holds nulls, which pylance "
+                                              "cannot store in a packed struct either")
+            raw = np.frombuffer(values.buffers()[1], dtype=np.uint8, count=(values.offset + len(values)) * width)
+            parts.append(raw[values.offset * width:].reshape(len(values), width))
+        columns.append(np.concatenate(parts) if len(parts) > 1 else parts[0])
+    index = page.add(pa.py_buffer(np.ascontiguousarray(np.concatenate(columns, axis=1)).reshape(-1)))
+    return enc.ArrayEncoding(packed_struct=enc.PackedStruct(
+        inner=[_no_nulls(_flat(fixed_bits(child.type), index)) for child in dtype],
+        buffer=enc.Buffer(buffer_index=index)))
 
 
 def _encode_fixed(page: EncodedPage, chunks: list[pa.Array], n: int) -> enc.ArrayEncoding:

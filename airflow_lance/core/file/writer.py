@@ -165,8 +165,9 @@ class _LeafColumn:
     """Pending row runs and written pages of one 2.1+ leaf column."""
 
     def __init__(self, field_id: int, path: list[tuple[int, pa.DataType]], writer: LanceFileWriter,
-                 compression: str | None = None) -> None:
+                 compression: str | None = None, blob: bool = False) -> None:
         self.field_id = field_id
+        self.blob = blob  # lance-encoding:blob: values out of line (2.1)
         self.path = path
         self.compression = compression  # the field's lance-encoding:compression, if any
         self.pages: list[file2_pb2.ColumnMetadata.Page] = []
@@ -211,7 +212,14 @@ class _LeafColumn:
         writer writes it later (see :meth:`LanceFileWriter._encode_later`). A column's pages
         are written in the order they were cut.
         """
-        if self.pending:
+        if self.pending and self.blob:  # the values' bytes are written first, where the page points
+            nodes, leaf = _merge(self.pending)
+            self.write_encoded()
+            page = encode21.encode_blob_page(nodes, leaf, self.pending_rows, self._writer.version,
+                                             self._writer._write_buffer)
+            self.pages.append(self._writer._write_page(page, PAGE_LAYOUT_URL))
+            self.pending, self.pending_rows, self.pending_bytes = [], 0, 0
+        elif self.pending:
             nodes, leaf = _merge(self.pending)
             page_args = (nodes, leaf, self.pending_rows, self._writer.version, self.compression)
             if self.pending_bytes >= BACKGROUND_PAGE_BYTES:
@@ -245,9 +253,15 @@ class _Encoding:
 class _Column:
     """Pending values and written pages of one column."""
 
-    def __init__(self, path: str, dtype: pa.DataType, writer: LanceFileWriter) -> None:
+    def __init__(self, path: str, dtype: pa.DataType, writer: LanceFileWriter, packed: bool = False,
+                 blob: bool = False) -> None:
         self.path = path
         self.kind = encode.column_kind(dtype, path)
+        if packed:
+            encode.check_packable(dtype, path)
+            self.kind = encode.PACKED
+        if blob and self.kind == encode.BINARY:
+            self.kind = encode.BLOB
         self.children: list[_Column] = []
         self.pages: list[file2_pb2.ColumnMetadata.Page] = []
         self.pending: list[pa.Array] = []
@@ -259,13 +273,13 @@ class _Column:
         """Add the next items of this column (and route nested values to child columns)."""
         if not len(array):
             return
-        if self.kind == encode.STRUCT:
+        if self.kind in (encode.STRUCT, encode.PACKED):
             if array.null_count:
                 raise UnsupportedFeatureError(
                     f"The struct field `{self.path}` contains {array.null_count} null value(s), but Lance file "
                     "version 2.0 does not encode struct validity"
                 )
-            for i, child in enumerate(self.children):
+            for i, child in enumerate(self.children):  # none when packed: its pages hold the values
                 child.append(array.field(i))
         elif self.kind == encode.LIST:
             self.children[0].append(encode.list_items(array))
@@ -297,7 +311,10 @@ class _Column:
         """Write the pending items as a page (``final``: also an empty page if the column has none)."""
         if self.pending_items == 0 and not (final and not self.pages and self._writer.num_rows):
             return
-        page = encode.encode_page(self.kind, self.pending, self.pending_items)
+        if self.kind == encode.BLOB:  # the values' bytes are written first, where the page points
+            page = encode.encode_blob_page(self.pending, self.pending_items, self._writer._write_buffer)
+        else:
+            page = encode.encode_page(self.kind, self.pending, self.pending_items)
         self.pages.append(self._writer._write_page(page))
         self.pending, self.pending_items, self.pending_bytes = [], 0, 0
 
@@ -315,20 +332,47 @@ def is_packed_struct(field: file_pb2.Field) -> bool:
         field.metadata.get(key, b"").lower() == b"true" for key in PACKED_STRUCT_KEYS)
 
 
-def check_supported_layouts(schema: LanceSchema) -> None:
+_BINARY = (pa.string(), pa.binary(), pa.large_string(), pa.large_binary())
+
+
+def _check_packed(field: file_pb2.Field, dtype: pa.StructType, version: str) -> None:
+    """A packed struct we can write as pylance does: fixed-width fields (not booleans), and in 2.2
+    strings and binaries too; in 2.1/2.2 at most 256 bytes of fixed-width values (pylance's limits)."""
+    why = None if dtype.num_fields else "no fields"
+    for child in dtype:
+        width = encode21.fixed_width(child.type)
+        if width is None and not (child.type in _BINARY and version == "2.2"):
+            why = why or f"field {child.name!r} of type {child.type}" + (
+                f" in a {version} file (pylance packs strings and binaries from 2.2 on)"
+                if child.type in _BINARY else "")
+    if why is None and version != "2.0" and all(encode21.fixed_width(c.type) for c in dtype) and \
+            sum(encode21.fixed_width(c.type) for c in dtype) > encode21.FULL_ZIP_THRESHOLD:
+        why = f"more than {encode21.FULL_ZIP_THRESHOLD} bytes per value"
+    if why is not None:
+        raise UnsupportedFeatureError(
+            f"field {field.name!r} is a packed struct ('lance-encoding:packed' metadata) with {why}, which cannot "
+            "be written as pylance stores it; drop that metadata to store it as an ordinary struct")
+
+
+def check_supported_layouts(schema: LanceSchema, version: str) -> None:
     """Refuse, before anything is written, fields pylance stores in a layout of their own that we do
-    not write: packed structs (one column of all the children's values) and blobs (values out of
-    line: ``lance-encoding:blob``, pylance 14's blob v2 extension). Written as ordinary columns under
-    that metadata, pylance reads a packed struct as all nulls (2.1/2.2) and fails on the others."""
+    not write: packed structs of other fields than pylance packs (the others get pylance's packed
+    layouts: one column of all the fields' values) and blob columns of 2.2 files (pylance 14's blob
+    v2: descriptors and sidecar files; 2.0/2.1 blob columns get pylance's out-of-line layouts).
+    Written as ordinary columns under that metadata, pylance read them as all nulls or not at all."""
     for field in schema.fields:
         if is_packed_struct(field):
-            raise UnsupportedFeatureError(
-                f"field {field.name!r} is a packed struct ('lance-encoding:packed' metadata), which cannot be "
-                "written here; drop that metadata to store it as an ordinary struct")
-        if BLOB_KEY in field.metadata or field.metadata.get(_EXTENSION_KEY) == b"lance.blob.v2":
+            _check_packed(field, schema.arrow_field(field.id).type, version)
+        blob = BLOB_KEY in field.metadata
+        if (blob and version == "2.2") or field.metadata.get(_EXTENSION_KEY) == b"lance.blob.v2":
             raise UnsupportedFeatureError(
                 f"field {field.name!r} is a blob column ('lance-encoding:blob' metadata or pylance's blob v2 "
-                "type), which cannot be written here; drop that metadata to store its values inline")
+                f"type), which cannot be written to a {version} file here (2.0 and 2.1 files can hold "
+                "them); drop that metadata to store its values inline")
+        if blob and schema.arrow_field(field.id).type != pa.large_binary():
+            raise UnsupportedFeatureError(
+                f"field {field.name!r}: 'lance-encoding:blob' on a {schema.arrow_field(field.id).type} field "
+                "(pylance stores blobs of large_binary values only)")
 
 
 class LanceFileWriter:
@@ -356,7 +400,7 @@ class LanceFileWriter:
         # pages of all columns being encoded in the background, oldest first, and their pending bytes
         self._encoding: deque[_Encoding] = deque()
         self._encoding_bytes = 0
-        check_supported_layouts(schema)
+        check_supported_layouts(schema, version)
         if version == "2.0":
             self._top = [self._build(schema, f, f.name) for f in schema.top_level()]
         else:
@@ -367,11 +411,16 @@ class LanceFileWriter:
         """The leaf columns below ``field`` (pre-order), each with its path from the top-level field."""
         dtype = path[-1][1]
         children = schema.children(field.id)
+        if is_packed_struct(field):  # one column of all the children's values
+            column = _LeafColumn(field.id, path, self)
+            self._columns.append(column)
+            return [column]
         if not children:
             encode21.check_writable(dtype, field.name)
             compression = field.metadata.get(COMPRESSION_KEY)
             column = _LeafColumn(field.id, path, self,
-                                 compression.decode(errors="replace").lower() if compression is not None else None)
+                                 compression.decode(errors="replace").lower() if compression is not None else None,
+                                 blob=BLOB_KEY in field.metadata)
             self._columns.append(column)
             return [column]
         if pa.types.is_fixed_size_list(dtype):
@@ -383,8 +432,11 @@ class LanceFileWriter:
         return out
 
     def _build(self, schema: LanceSchema, field: file_pb2.Field, path: str) -> _Column:
-        column = _Column(path, schema.arrow_field(field.id).type, self)
+        column = _Column(path, schema.arrow_field(field.id).type, self, packed=is_packed_struct(field),
+                         blob=BLOB_KEY in field.metadata)
         self._columns.append(column)
+        if column.kind == encode.PACKED:  # one column of all its fields' values
+            return column
         column.children = [self._build(schema, child, f"{path}.{child.name}") for child in schema.children(field.id)]
         return column
 
@@ -403,8 +455,10 @@ class LanceFileWriter:
     @property
     def field_ids(self) -> list[int]:
         """``DataFile.fields``: 2.0: every field id in pre-order, parents included; 2.1+: the leaves."""
-        if self._version_name == "2.0":
-            return self.schema.field_ids()
+        if self._version_name == "2.0":  # but no fields below a packed struct (their values are its column's)
+            packed = [f.id for f in self.schema.fields if is_packed_struct(f)]
+            below = {i for field_id in packed for i in self.schema.subtree_ids(field_id) if i != field_id}
+            return [i for i in self.schema.field_ids() if i not in below]
         return [column.field_id for column in self._columns]
 
     @property

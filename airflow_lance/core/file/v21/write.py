@@ -50,7 +50,7 @@ from airflow_lance.core.arrays import sorted_unique
 from airflow_lance.core.errors import UnsupportedFeatureError
 from airflow_lance.core.file.v21 import bitpack, fsst_encode
 from airflow_lance.core.file.v21.structure import (
-    LIST, NodeData, _visibility_table, layers_for, levels, levels_and_rows, max_rep, visible_threshold)
+    ITEM, LIST, NodeData, _visibility_table, layers_for, levels, levels_and_rows, max_rep, visible_threshold)
 from airflow_lance.core.file.v21.util import exclusive_cumsum, take_interleaved, take_ranges
 
 #: Values larger than this (bytes per value, on average) go to full-zip pages, as in pylance.
@@ -94,6 +94,7 @@ class _Leaf:
     packable: bool = False          # integer-like fixed values: bit-packing may pay off
     pieces: list[np.ndarray] | None = None  # fixed/variable: ``data`` in parts (data None until joined)
     symbol_table: bytes | None = None  # variable: ``data`` holds FSST codes of this (stored) table
+    packed: list[tuple[str, int]] | None = None  # a packed struct: ("fixed", bits) / ("variable", length bits)
 
     def joined(self) -> np.ndarray:
         """``data``, concatenating the ``pieces`` first if the values came in several."""
@@ -102,7 +103,8 @@ class _Leaf:
         return self.data
 
 
-def _fixed_width(dtype: pa.DataType) -> int | None:
+def fixed_width(dtype: pa.DataType) -> int | None:
+    """Bytes per value of a byte-aligned fixed-width type (None otherwise, booleans included)."""
     if pa.types.is_fixed_size_binary(dtype):
         return dtype.byte_width
     if pa.types.is_boolean(dtype):
@@ -120,7 +122,7 @@ def _fixed_pieces(values: pa.ChunkedArray) -> _Leaf | None:
     """All of several chunks of fixed-width values that are not worth bit-packing, left in their
     chunks (the mini-block layout copies each straight into its chunks), else None."""
     dtype = values.type
-    width = _fixed_width(dtype)
+    width = fixed_width(dtype)
     if not width or pa.types.is_null(dtype) or pa.types.is_dictionary(dtype) or _packable(dtype, width):
         return None
     pieces = [_leaf(chunk, None).data for chunk in values.chunks]
@@ -182,6 +184,8 @@ def _leaf(values: pa.Array | pa.ChunkedArray, slots: np.ndarray | None) -> _Leaf
     take = None if identity else np.where(slots >= 0, slots, 0)
     if pa.types.is_null(dtype):
         return _Leaf("null", n)
+    if pa.types.is_struct(dtype):
+        return _packed_leaf(values, take, slots, n)
     if pa.types.is_dictionary(dtype):
         indices = values.indices.fill_null(0)
         index = np.asarray(indices.to_numpy(zero_copy_only=False)).astype(np.int64)
@@ -195,7 +199,7 @@ def _leaf(values: pa.Array | pa.ChunkedArray, slots: np.ndarray | None) -> _Leaf
         if take is not None:
             bits = bits[take] & (slots >= 0)
         return _Leaf("bool", n, bits=1, data=np.packbits(bits, bitorder="little"))
-    width = _fixed_width(dtype)
+    width = fixed_width(dtype)
     if width is not None:
         raw = np.frombuffer(values.buffers()[1], dtype=np.uint8, count=(values.offset + len(values)) * width,
                             ) if len(values) else np.zeros(0, np.uint8)
@@ -227,7 +231,7 @@ def _leaf(values: pa.Array | pa.ChunkedArray, slots: np.ndarray | None) -> _Leaf
                 bits = bits[take]
             data, item_bits = np.packbits(bits.reshape(-1), bitorder="little"), 1
         else:
-            item_width = _fixed_width(current_type)
+            item_width = fixed_width(current_type)
             if item_width is None:
                 raise UnsupportedFeatureError(f"fixed-size lists of {current_type} in 2.1+ files")
             rows = _leaf(current, None).data.reshape(len(values), dim * item_width)
@@ -252,6 +256,80 @@ def _leaf(values: pa.Array | pa.ChunkedArray, slots: np.ndarray | None) -> _Leaf
         new_data = take_ranges(data, offsets[:-1][take], lengths)
         return _Leaf("variable", n, data=new_data, offsets=exclusive_cumsum(lengths), large=large)
     raise UnsupportedFeatureError(f"type {dtype} cannot be written to a 2.1+ data file")
+
+
+def _packed_leaf(values: pa.StructArray, take: np.ndarray | None, slots: np.ndarray | None, n: int) -> _Leaf:
+    """A packed struct (``lance-encoding:packed``) as one leaf, as pylance 14 stores it: fixed-width
+    fields only, their values side by side per row (a fixed leaf, ``packed_struct`` in mini-blocks);
+    with a string/binary field (2.2 only), each row's fields in order, a variable one as its u32
+    (u64: large types) length and bytes, a null row without bytes (``variable_packed_struct`` in a
+    full-zip page). Its fields cannot hold nulls, as in pylance."""
+    count = len(values)
+    row_valid = np.ones(count, dtype=bool) if not values.null_count else \
+        np.asarray(values.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    spec: list[tuple[str, int]] = []
+    sources: list[np.ndarray] = []
+    starts: list[np.ndarray] = []
+    lengths: list[np.ndarray] = []
+    for index, field in enumerate(values.type):
+        child = values.field(index)
+        if child.null_count and bool(np.any(row_valid & ~np.asarray(
+                child.is_valid().to_numpy(zero_copy_only=False), dtype=bool))):
+            raise UnsupportedFeatureError(f"packed struct field {field.name!r} holds nulls, which pylance cannot "
+                                          "store in a packed struct either")
+        width = fixed_width(field.type)
+        if width:
+            spec.append(("fixed", width * 8))
+            sources.append(_leaf(child, None).data)
+            starts.append(np.arange(count, dtype=np.int64) * width)
+            lengths.append(np.full(count, width, dtype=np.int64))
+        elif field.type in (pa.string(), pa.binary(), *_LARGE):
+            leaf = _leaf(child, None)
+            length_width = 8 if leaf.large else 4
+            sizes = np.diff(leaf.offsets)
+            spec.append(("variable", length_width * 8))
+            sources += [sizes.astype(f"<u{length_width}").view(np.uint8), leaf.joined()]
+            starts += [np.arange(count, dtype=np.int64) * length_width, leaf.offsets[:-1]]
+            lengths += [np.full(count, length_width, dtype=np.int64), sizes]
+        else:
+            raise UnsupportedFeatureError(f"packed struct field {field.name!r} of type {field.type}")
+    if take is not None:
+        row_valid = row_valid[take] & (slots >= 0)
+        starts = [column[take] for column in starts]
+        lengths = [column[take] for column in lengths]
+    if all(kind == "fixed" for kind, _ in spec):
+        width = sum(bits for _, bits in spec) // 8
+        if width > FULL_ZIP_THRESHOLD:
+            raise UnsupportedFeatureError(f"a packed struct of {width} bytes per value (pylance packs at most "
+                                          f"{FULL_ZIP_THRESHOLD})")
+        data = take_interleaved(sources, [s + b for s, b in zip(starts, _bases(sources))], lengths)
+        if take is not None and bool(np.any(slots < 0)):
+            data = data.reshape(n, width).copy()
+            data[slots < 0] = 0
+        return _Leaf("fixed", n, bits=8 * width, data=data.reshape(-1), packed=spec)
+    lengths = [np.where(row_valid, column, 0) for column in lengths]
+    data = take_interleaved(sources, [s + b for s, b in zip(starts, _bases(sources))], lengths)
+    return _Leaf("variable", n, data=data, offsets=exclusive_cumsum(sum(lengths)), packed=spec)
+
+
+def _bases(sources: list[np.ndarray]) -> np.ndarray:
+    """Where each source starts in their concatenation."""
+    return exclusive_cumsum(np.array([len(source) for source in sources], dtype=np.int64))[:-1]
+
+
+def _packed_encoding(leaf: _Leaf, values: pb.CompressiveEncoding | None = None) -> pb.CompressiveEncoding:
+    """The value compression of a packed struct leaf (``values``: the fixed leaf's own)."""
+    if leaf.kind == "fixed":
+        return pb.CompressiveEncoding(packed_struct=pb.PackedStruct(
+            bits_per_value=[bits for _, bits in leaf.packed], values=values))
+    fields = []
+    for kind, bits in leaf.packed:
+        if kind == "fixed":
+            fields.append(pb.VariablePackedStruct.FieldEncoding(value=_flat(bits), bits_per_value=bits))
+        else:
+            fields.append(pb.VariablePackedStruct.FieldEncoding(
+                value=pb.CompressiveEncoding(variable=pb.Variable(offsets=_flat(bits))), bits_per_length=bits))
+    return pb.CompressiveEncoding(variable_packed_struct=pb.VariablePackedStruct(fields=fields))
 
 
 # ----------------------------------------------------------------------------- page encoding
@@ -290,10 +368,36 @@ def encode_page(nodes: list[NodeData], values: pa.Array | pa.ChunkedArray, rows:
     has_valid = defs is None or bool(np.any(defs == 0))
     if leaf.kind == "null" or not has_valid or leaf.n == 0:
         return _constant_page(layers, rep, defs, rows)
-    if leaf.kind == "variable":
+    if leaf.kind == "variable" and leaf.packed is None:
         leaf = _maybe_dictionary(leaf)
     layout, buffers = _choose(layers, rep, defs, visible_mask, leaf, version, row_starts, compression)
     return EncodedPage(rows, layout, buffers)
+
+
+def encode_blob_page(nodes: list[NodeData], values: pa.Array | pa.ChunkedArray, rows: int,
+                     version: tuple[int, int], write_buffer) -> EncodedPage:
+    """A 2.1 blob page (``lance-encoding:blob``), as pylance writes it: the values' bytes go to the
+    file first, in one buffer (``write_buffer`` returns its position); the page is a blob layout of
+    the field's layers around a mini-block page of (position, size) pairs, u64 each, without levels:
+    an empty value is (0, 0), a null one (its definition level << 16, 0)."""
+    if any(node.kind == LIST for node in nodes):
+        raise UnsupportedFeatureError("blob values inside lists")
+    layers = layers_for(nodes)
+    _, defs, _, _ = levels_and_rows(nodes, layers)
+    leaf = _leaf(values, None)
+    sizes = np.diff(leaf.offsets)
+    if defs is not None:
+        sizes[defs > 0] = 0
+    data = take_ranges(leaf.joined(), leaf.offsets[:-1], sizes)
+    start = write_buffer([pa.py_buffer(data)])[0] if len(data) else 0
+    position = np.where(sizes > 0, start + exclusive_cumsum(sizes)[:-1], 0)
+    if defs is not None:
+        position = np.where(defs > 0, defs.astype(np.int64) << 16, position)
+    descriptions = pa.StructArray.from_arrays(
+        [pa.array(position.astype(np.uint64)), pa.array(sizes.astype(np.uint64))], names=["position", "size"])
+    inner = encode_page([NodeData(ITEM, len(descriptions), None)], descriptions, len(descriptions), version)
+    layout = pb.PageLayout(blob_layout=pb.BlobLayout(inner_layout=inner.layout, layers=layers))
+    return EncodedPage(rows, layout, inner.buffers)
 
 
 def _identity(slots: np.ndarray, visible: np.ndarray | None, count: int) -> bool:
@@ -387,6 +491,11 @@ def _value_bytes(leaf: _Leaf) -> tuple[int, int]:
 
 
 def _choose(layers, rep, defs, visible_mask, leaf: _Leaf, version, rows=None, compression=None):
+    if leaf.packed is not None and leaf.kind == "variable":  # pylance: always full-zip, 2.2 only
+        if version < (2, 2):
+            raise UnsupportedFeatureError("a packed struct with a string or binary field in a 2.1 file (pylance "
+                                          "writes those from 2.2 on)")
+        return _full_zip(layers, rep, defs, visible_mask, leaf)
     average, largest = _value_bytes(leaf)
     bit_items = leaf.kind == "fsl" and leaf.bits == 1
     if leaf.kind in ("bool", "dict") or bit_items or (
@@ -590,6 +699,8 @@ def _mini_block(layers, rep, defs, visible_mask, leaf: _Leaf, version, rows=None
     buffers = [[pa.py_buffer(meta_buffer)], [pa.py_buffer(data)]]
     if leaf.kind == "dict":
         buffers.append([pa.py_buffer(_dictionary_block(leaf.dictionary))])
+    if leaf.packed is not None:
+        value_enc = _packed_encoding(leaf, value_enc)
     mini = pb.MiniBlockLayout(value_compression=value_enc, layers=layers, num_buffers=nbuf,
                               num_items=leaf.n, has_large_chunk=large)
     if rep_enc is not None:
@@ -983,9 +1094,13 @@ def _full_zip(layers, rep, defs, visible_mask, leaf: _Leaf):
     if leaf.kind == "variable":
         # lengths as wide as the type's offsets: pylance refuses 32-bit lengths for large types
         length_bytes = 8 if leaf.large else 4
+        if leaf.packed is not None:  # rows of a packed struct: u32 row lengths, as pylance writes them
+            length_bytes = 4
+            if int(np.diff(leaf.offsets).max(initial=0)) >= 1 << 32:
+                raise UnsupportedFeatureError("a packed struct row of 4 GiB or more")
         layout.bits_per_offset = 8 * length_bytes
-        layout.value_compression.CopyFrom(
-            pb.CompressiveEncoding(variable=pb.Variable(offsets=_flat(8 * length_bytes))))
+        layout.value_compression.CopyFrom(_packed_encoding(leaf) if leaf.packed is not None else
+                                          pb.CompressiveEncoding(variable=pb.Variable(offsets=_flat(8 * length_bytes))))
         lengths = np.diff(leaf.offsets)
         vis_index = np.flatnonzero(visible)
         value_len[vis_index] = np.where(valid[vis_index], lengths, 0)
@@ -1049,15 +1164,15 @@ def check_writable(dtype: pa.DataType, name: str) -> None:
     """Raise ``UnsupportedFeatureError`` unless a leaf of this type can be written to 2.1+ files."""
     if pa.types.is_dictionary(dtype):
         value = dtype.value_type
-        if value in (pa.string(), pa.binary(), *_LARGE) or _fixed_width(value) is not None:
+        if value in (pa.string(), pa.binary(), *_LARGE) or fixed_width(value) is not None:
             return
     elif pa.types.is_fixed_size_list(dtype):
         inner = dtype.value_type
         while pa.types.is_fixed_size_list(inner):
             inner = inner.value_type
-        if _fixed_width(inner) is not None or pa.types.is_boolean(inner):
+        if fixed_width(inner) is not None or pa.types.is_boolean(inner):
             return
-    elif (pa.types.is_null(dtype) or pa.types.is_boolean(dtype) or _fixed_width(dtype) is not None
+    elif (pa.types.is_null(dtype) or pa.types.is_boolean(dtype) or fixed_width(dtype) is not None
           or dtype in (pa.string(), pa.binary(), *_LARGE) or (pa.types.is_struct(dtype) and dtype.num_fields == 0)):
         return
     raise UnsupportedFeatureError(f"field {name!r}: type {dtype} cannot be written to a 2.1+ data file")
