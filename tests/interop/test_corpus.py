@@ -94,6 +94,9 @@ PYLANCE_14_CANNOT_READ = [
     # 2.2 before it was stable: "Lance v2.2 miniblock pages require the u32 chunk grammar"
     ("0.39.*", "types_2_2"),
     ("1.*", "types_2_2"),
+    # 0.15-0.18 stored a blob column's values inline, as any binary column; pylance 14 expects blob
+    # pages there ("Lance reader producer terminated before end of stream"). We read the values.
+    ("0.1[5-8].*", "blobs_2_0"),
 ]
 
 
@@ -252,10 +255,23 @@ def _step(release: str, storage: str, name: str, step: str, uri: str, action) ->
     return False
 
 
+def _pylance_table(uri: str) -> pa.Table:
+    """pylance 14's table, with blob columns (``lance-encoding:blob``) as the bytes its ``take_blobs``
+    reads instead of the (position, size) descriptions ``to_table`` gives (the corpus records bytes)."""
+    ds = pylance.dataset(uri)
+    table = ds.to_table()
+    for index, field in enumerate(ds.schema):
+        if b"lance-encoding:blob" in (field.metadata or {}):
+            values = [None if blob is None else blob.read()
+                      for blob in ds.take_blobs(field.name, indices=list(range(table.num_rows)))]
+            table = table.set_column(index, pa.field(field.name, pa.large_binary()), pa.array(values, pa.large_binary()))
+    return table
+
+
 def _assert_pylance_reads(uri: str, expected: pa.Table, pylance_reads: bool, we_read: bool) -> None:
     key = _key(expected)
     if pylance_reads:
-        _assert_same(pylance.dataset(uri).to_table().sort_by(key), expected.sort_by(key))
+        _assert_same(_pylance_table(uri).sort_by(key), expected.sort_by(key))
     if we_read:
         _assert_same(ours.dataset(uri).to_table().sort_by(key), expected.sort_by(key))
 
@@ -282,7 +298,8 @@ def test_our_commits_leave_what_pylance_reads(tmp_path, release, name):
 
     new = _new_rows(expected)
     if _step(release, storage, name, "append", uri, lambda: ours.write_dataset(new, uri, mode="append")):
-        expected = pa.concat_tables([expected, new.cast(expected.schema)])
+        # (a cast of equal schemas fails on null structs of non-nullable fields: "cannot be viewed")
+        expected = pa.concat_tables([expected, new if new.schema == expected.schema else new.cast(expected.schema)])
         _assert_pylance_reads(uri, expected, theirs, we_read)
         if not (theirs or we_read):  # the old files are unreadable to both: pylance reads our fragment
             _assert_same(pylance.dataset(uri).get_fragments()[-1].to_table(), new.cast(expected.schema))
