@@ -87,7 +87,7 @@ _LOGICAL_TO_SIMPLE["json"] = pa.large_binary()
 _VIEW_TYPES = {pa.string_view(): pa.string(), pa.binary_view(): pa.binary()}
 
 _UNIT_TYPES = {"time32": pa.time32, "time64": pa.time64, "duration": pa.duration}
-_NESTED = {"struct", "list", "large_list", "list.struct", "large_list.struct"}
+_NESTED = {"struct", "list", "large_list", "list.struct", "large_list.struct", "map"}
 _FSL_PREFIX = "fixed_size_list:"
 _DICT_PREFIX = "dict:"
 
@@ -299,6 +299,10 @@ class LanceSchema:
         if len(kids) != 1:
             raise InvalidInputError(f"list field {f.name!r} needs exactly one child, has {len(kids)}")
         item = self.arrow_field(kids[0].id)
+        if f.logical_type == "map":  # a list of (key, value) entries, as pylance 14 stores maps
+            if not pa.types.is_struct(item.type) or item.type.num_fields != 2 or item.type.field(0).nullable:
+                raise InvalidInputError(f"map field {f.name!r} needs an entries struct of a non-null key and a value")
+            return pa.map_(item.type.field(0), item.type.field(1))
         return pa.large_list(item) if f.logical_type.startswith("large_list") else pa.list_(item)
 
     def __eq__(self, other: object) -> bool:
@@ -409,6 +413,11 @@ def _add_arrow_field(out: list[file_pb2.Field], field: pa.Field, parent_id: int,
         f.logical_type = "struct"
         children = list(dtype)
         _check_unique_names([c.name for c in children], f"struct field {path!r}")
+    elif pa.types.is_map(dtype):
+        if dtype.keys_sorted:
+            raise UnsupportedFeatureError(f"field {path!r}: maps with sorted keys (pylance stores maps unsorted)")
+        f.logical_type = "map"
+        children = [pa.field("entries", pa.struct([dtype.key_field, dtype.item_field]), nullable=False)]
     elif pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
         base = "large_list" if pa.types.is_large_list(dtype) else "list"
         f.logical_type = base + (".struct" if pa.types.is_struct(dtype.value_type) else "")

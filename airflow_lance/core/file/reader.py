@@ -606,8 +606,8 @@ def _entries_per_row(schema: LanceSchema, mapping: Mapping[int, int], arrow_sche
             out[column] = per_row
             return
         children = schema.children(field.id)
-        if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
-            inner, child_rows = dtype.value_type, None
+        if pa.types.is_list(dtype) or pa.types.is_large_list(dtype) or pa.types.is_map(dtype):
+            inner, child_rows = dtype.field(0).type if pa.types.is_map(dtype) else dtype.value_type, None
         elif pa.types.is_fixed_size_list(dtype):
             inner, child_rows = dtype.value_type, None if per_row is None else per_row * dtype.list_size
         else:

@@ -112,7 +112,8 @@ os.register_at_fork(after_in_child=_forget_page_encoder)
 
 
 def _is_list(dtype: pa.DataType) -> bool:
-    return pa.types.is_list(dtype) or pa.types.is_large_list(dtype)
+    """Lists, and maps (written as a list of (key, value) entries, as pylance 14 does)."""
+    return pa.types.is_list(dtype) or pa.types.is_large_list(dtype) or pa.types.is_map(dtype)
 
 
 def _extract(array: pa.Array, path: list[tuple[int, pa.DataType]]) -> tuple[list[NodeData], pa.Array]:
@@ -361,6 +362,9 @@ def check_supported_layouts(schema: LanceSchema, version: str) -> None:
     v2: descriptors and sidecar files; 2.0/2.1 blob columns get pylance's out-of-line layouts).
     Written as ordinary columns under that metadata, pylance read them as all nulls or not at all."""
     for field in schema.fields:
+        if field.logical_type == "map" and version != "2.2":
+            raise UnsupportedFeatureError(f"field {field.name!r}: maps in a {version} file (pylance writes them "
+                                          "from 2.2 on)")
         if is_packed_struct(field):
             _check_packed(field, schema.arrow_field(field.id).type, version)
         blob = BLOB_KEY in field.metadata
@@ -427,7 +431,8 @@ class LanceFileWriter:
             raise UnsupportedFeatureError(f"field {field.name!r}: fixed-size lists of structs in 2.1+ files")
         out = []
         for index, child in enumerate(children):
-            child_type = dtype.value_type if _is_list(dtype) else dtype.field(index).type
+            child_type = dtype.field(0).type if pa.types.is_map(dtype) else \
+                dtype.value_type if _is_list(dtype) else dtype.field(index).type
             out += self._build_leaves(schema, child, [*path, (index, child_type)])
         return out
 

@@ -47,7 +47,13 @@ class _Column:
 
 
 def _is_list(dtype: pa.DataType) -> bool:
-    return pa.types.is_list(dtype) or pa.types.is_large_list(dtype)
+    """Lists, and maps (a list of (key, value) entries in the file)."""
+    return pa.types.is_list(dtype) or pa.types.is_large_list(dtype) or pa.types.is_map(dtype)
+
+
+def _item_type(dtype: pa.DataType) -> pa.DataType:
+    """The items of a list or fixed-size list; a map's entries struct."""
+    return dtype.field(0).type if pa.types.is_map(dtype) else dtype.value_type
 
 
 class Assembler21:
@@ -105,7 +111,7 @@ class Assembler21:
             out[field.id] = self._decode_column(column, field, path, rows)
             return
         for index, child in enumerate(children):
-            child_type = dtype.value_type if (_is_list(dtype) or pa.types.is_fixed_size_list(dtype)) \
+            child_type = _item_type(dtype) if (_is_list(dtype) or pa.types.is_fixed_size_list(dtype)) \
                 else dtype.field(index).type
             self._decode_leaves(child, child_type, path, out, rows)
 
@@ -254,7 +260,7 @@ class Assembler21:
             return pa.Array.from_buffers(dtype, level.length, [bitmap(level.validity)], children=arrays)
         if _is_list(dtype):
             offsets = level.offsets
-            items = self._child(children[0], dtype.value_type, depth + 1, leaves, int(offsets[-1]))
+            items = self._child(children[0], _item_type(dtype), depth + 1, leaves, int(offsets[-1]))
             large = pa.types.is_large_list(dtype)
             if not large and offsets[-1] > _INT32_MAX:
                 raise ctx.corrupt("32-bit list offsets overflow")
