@@ -6,6 +6,7 @@ import array
 import types
 
 import numpy as np
+import pyarrow as pa
 
 
 def arrow_dataset() -> types.ModuleType:
@@ -38,3 +39,14 @@ def uint32_array(values: np.ndarray) -> array.array:
     out = array.array("I")
     out.frombytes(np.ascontiguousarray(values, np.uint32).tobytes())
     return out
+
+
+def empty_table(schema: pa.Schema) -> pa.Table:
+    """``schema.empty_table()``, which pyarrow cannot build for some extension types (a tensor with
+    a permutation, as pylance stores them): the columns are cast from empty arrays of their storage."""
+    try:
+        return schema.empty_table()
+    except (NotImplementedError, pa.ArrowNotImplementedError):
+        from airflow_lance.core.schema import storage_type
+
+        return pa.Table.from_arrays([pa.array([], storage_type(f.type)).cast(f.type) for f in schema], schema=schema)

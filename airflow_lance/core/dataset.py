@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_lance.core import auto_cleanup, feature_flags, metadata
-from airflow_lance.core.arrays import arrow_dataset
+from airflow_lance.core.arrays import arrow_dataset, empty_table
 from airflow_lance.core.file.legacy_writer import GROUP_ROWS
 from airflow_lance.core.layout import ManifestNamingScheme
 from airflow_lance.core.commit import DEFAULT_IDEMPOTENCY_LOOKBACK, commit_transaction
@@ -348,8 +348,8 @@ class LanceDataset:
         if tables:
             return pa.concat_tables(tables)
         if isinstance(columns, Mapping):
-            return _project(self.schema.empty_table(), _compile_projections(columns, self.schema)[0])
-        return (self._schema.project(list(columns)).to_arrow() if columns is not None else self.schema).empty_table()
+            return _project(empty_table(self.schema), _compile_projections(columns, self.schema)[0])
+        return empty_table(self._schema.project(list(columns)).to_arrow() if columns is not None else self.schema)
 
     def scanner(
         self,

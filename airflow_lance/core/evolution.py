@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 
 from airflow_lance.core import feature_flags
 from airflow_lance.core._proto import file_pb2, table_pb2
-from airflow_lance.core.arrays import arrow_dataset
+from airflow_lance.core.arrays import arrow_dataset, empty_table
 from airflow_lance.core.deletion import deletion_path, keep_mask, read_deletion_vector
 from airflow_lance.core.errors import (
     CommitConflictError,
@@ -268,7 +268,7 @@ def _sql_compute(transforms: Mapping[Any, Any], schema: LanceSchema) -> _Compute
         except Exception as exc:
             raise SchemaEvolutionError(f"expression {sql!r} of column {name!r}: {exc}") from exc
         read += [c for c in needed if c not in read]
-    empty = pa.schema([arrow.field(c) for c in read]).empty_table()
+    empty = empty_table(pa.schema([arrow.field(c) for c in read]))
     sample = arrow_dataset().dataset(empty).to_table(columns=expressions)
     # pylance's nullability (DataFusion's): literals and non-null columns through null-preserving
     # operators give a non-nullable column; a row that is null anyway is an error below. An
@@ -439,7 +439,7 @@ def compute_fragment_columns(
             if compute.cache is not None:
                 compute.cache.insert_batch(fragment.id, index, batch)
         outputs.append(batch)
-    result = pa.Table.from_batches(outputs, compute.output) if outputs else compute.output.empty_table()
+    result = pa.Table.from_batches(outputs, compute.output) if outputs else empty_table(compute.output)
     if result.num_rows != int(mask.sum()):
         raise SchemaEvolutionError(f"new columns have {result.num_rows} rows, fragment {fragment.id} has "
                                    f"{int(mask.sum())}")

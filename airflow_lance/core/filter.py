@@ -35,7 +35,7 @@ from sqlglot import exp, tokens
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, TokenError
 
-from airflow_lance.core.arrays import arrow_dataset
+from airflow_lance.core.arrays import arrow_dataset, empty_table
 from airflow_lance.core.errors import InvalidInputError
 
 __all__ = ["referenced_columns", "to_expression", "value_expression"]
@@ -134,7 +134,7 @@ def translate_value(sql: str, schema: pa.Schema) -> tuple[pc.Expression, list[st
     expression = operand.expr
     fields = [schema.field(name) for name in translator.columns]
     try:
-        arrow_dataset().dataset(pa.schema(fields).empty_table()).to_table(columns={"value": expression})
+        arrow_dataset().dataset(empty_table(pa.schema(fields))).to_table(columns={"value": expression})
     except _ARROW_ERRORS as error:
         raise InvalidInputError(f"cannot evaluate expression {sql!r}: {str(error).splitlines()[0]}") from None
     return expression, translator.columns, operand.nullable
@@ -146,7 +146,7 @@ def translate_value(sql: str, schema: pa.Schema) -> tuple[pc.Expression, list[st
 def _bind_error(expression: pc.Expression, fields: Sequence[pa.Field]) -> str | None:
     """Why ``expression`` is no boolean filter over ``fields``; None if it is one."""
     try:
-        pa.schema(fields).empty_table().filter(expression)
+        empty_table(pa.schema(fields)).filter(expression)
     except _ARROW_ERRORS as error:
         return str(error).splitlines()[0]  # pyarrow goes on to print the schema
     return None

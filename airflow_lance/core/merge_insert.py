@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_lance.core.arrays import empty_table
 from airflow_lance.core.errors import (
     AmbiguousMergeInsertError,
     InvalidInputError,
@@ -206,7 +207,7 @@ def _target_matched_rows(
         if end > start:
             fragment = fragments[int(frag_ids[start])]
             parts.append(read_rows(store, fragment, schema, offsets[start:end]))
-    return pa.concat_tables(parts) if parts else schema.to_arrow().empty_table()
+    return pa.concat_tables(parts) if parts else empty_table(schema.to_arrow())
 
 
 def condition_mask(condition: str, source_rows: pa.Table, target_rows: pa.Table) -> np.ndarray:
@@ -264,7 +265,7 @@ def plan_merge_insert(
     for fragment in fragments:
         rows = live_rows(store, fragment, projection)
         keys.append(rows.append_column(_FRAGMENT, pa.array(np.full(rows.num_rows, fragment.id, dtype=np.uint32))))
-    target = pa.concat_tables(keys) if keys else projection.to_arrow().empty_table().append_column(
+    target = pa.concat_tables(keys) if keys else empty_table(projection.to_arrow()).append_column(
         OFFSET, pa.array([], pa.uint32())).append_column(_FRAGMENT, pa.array([], pa.uint32()))
     indexed = source.select(plan.on).append_column(_SOURCE, pa.array(np.arange(source.num_rows, dtype=np.int64)))
     try:
@@ -290,7 +291,7 @@ def plan_merge_insert(
             )
     source_rows = matched.column(_SOURCE).to_numpy()
     hits: list[pa.Table] = []  # (fragment, offset) of the target rows to delete
-    updated_rows = schema.to_arrow().empty_table()
+    updated_rows = empty_table(schema.to_arrow())
     moved = None
     num_updated = num_deleted = 0
     if plan.matched in ("update", "delete") and matched.num_rows:
@@ -322,7 +323,7 @@ def plan_merge_insert(
             unmatched = apply_filter(unmatched, by_source)
         num_deleted += unmatched.num_rows
         hits.append(unmatched.select([_FRAGMENT, OFFSET]))
-    inserted = source.schema.empty_table()
+    inserted = empty_table(source.schema)
     if plan.insert:
         unmatched_source = np.ones(source.num_rows, dtype=bool)
         unmatched_source[source_rows] = False

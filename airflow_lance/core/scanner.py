@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_lance.core import feature_flags, rowids
-from airflow_lance.core.arrays import arrow_dataset, sorted_unique
+from airflow_lance.core.arrays import arrow_dataset, empty_table, sorted_unique
 from airflow_lance.core.deletion import deletion_path, keep_mask, read_deletion_vector
 from airflow_lance.core.errors import (
     CorruptFileError,
@@ -287,7 +287,7 @@ class _Plan:
         return table.select(self.out_names + self.extra)
 
     def empty(self) -> pa.Table:
-        table = self.projection.to_arrow().empty_table()
+        table = empty_table(self.projection.to_arrow())
         for name in self.special:
             table = table.append_column(pa.field(name, pa.uint64()), pa.array([], pa.uint64()))
         return self.finish(table)

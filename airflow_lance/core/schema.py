@@ -34,8 +34,15 @@ Normalisations, identical to pylance 14 (verified against it):
 * ``string_view``/``binary_view`` are stored as ``string``/``binary``;
 * the read-only alias ``json`` reads as ``large_binary``.
 
-Unsupported (``UnsupportedFeatureError`` naming the field): map, union,
-list_view, run-end encoded, decimal32/64, extension types, fixed-size lists of
+Maps are stored as pylance 14 stores them (logical type ``map``, a non-null ``entries`` struct of a
+non-null key and a value; 2.2 files only). Extension types are stored as their storage type with
+the ``ARROW:extension:name``/``ARROW:extension:metadata`` field metadata, as pylance stores them,
+and read back as the extension type pyarrow knows by that name (else as the storage type with
+that metadata, as Arrow IPC does); ``lance.blob.v2`` and ``lance.json``, whose values Lance
+transforms, keep their storage type and are refused by the readers and writers.
+
+Unsupported (``UnsupportedFeatureError`` naming the field): maps with sorted keys, union,
+list_view, run-end encoded, decimal32/64, ``arrow.json``, fixed-size lists of
 variable-size lists. pylance rejects all of these for 2.0 datasets as well.
 Top-level names containing ``.`` and duplicate sibling names are rejected with
 ``InvalidInputError`` (pylance does the same).
@@ -50,6 +57,7 @@ requires every column.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TypeVar
@@ -144,6 +152,78 @@ def _parse_leaf_logical_type(logical: str) -> pa.DataType:
 def arrow_type_of(logical: str) -> pa.DataType:
     """The Arrow type of a leaf field's Lance ``logical_type`` (``"int32"``, ``"dict:string:int32:false"``, ...)."""
     return _parse_leaf_logical_type(logical)
+
+
+_EXTENSION_NAME, _EXTENSION_METADATA = "ARROW:extension:name", "ARROW:extension:metadata"
+_EXTENSION_KEYS = (_EXTENSION_NAME, _EXTENSION_METADATA)
+#: Extension types whose stored values Lance transforms (blob v2: descriptors and sidecar files;
+#: JSON: JSONB bytes): fields of them keep their storage type here, and readers refuse them.
+OPAQUE_EXTENSIONS = ("lance.blob.v2", "lance.json")
+
+
+def _extension_type(storage: pa.DataType, metadata: Mapping[str, bytes]) -> pa.DataType | None:
+    """The Arrow extension type a stored field's ``ARROW:extension:*`` metadata names, as Arrow IPC
+    reads it: a type pyarrow knows (the canonical ``arrow.uuid``, ``arrow.fixed_shape_tensor``,
+    ``arrow.bool8``, ``arrow.opaque``, or one registered by the application, pylance's
+    ``lance.bfloat16`` among them), else None (the storage type, the metadata kept)."""
+    name = metadata.get(_EXTENSION_NAME)
+    if name is None or name.decode(errors="replace") in OPAQUE_EXTENSIONS:
+        return None
+    field = pa.field("x", storage, metadata={k: v for k, v in metadata.items() if k in _EXTENSION_KEYS})
+    try:
+        read = pa.ipc.read_schema(pa.py_buffer(pa.schema([field]).serialize())).field(0).type
+    except (pa.ArrowException, ValueError):  # metadata the type's deserializer refuses: the storage
+        return None
+    return read if isinstance(read, pa.BaseExtensionType) else None
+
+
+def _extension_metadata(dtype: pa.BaseExtensionType, path: str) -> dict[str, bytes]:
+    """``ARROW:extension:*`` field metadata for an extension type, as Arrow IPC writes it."""
+    name = dtype.extension_name
+    if name in OPAQUE_EXTENSIONS or name == "arrow.json":
+        raise UnsupportedFeatureError(f"field {path!r}: extension type {name} (pylance stores its values "
+                                      "transformed) is not supported")
+    if hasattr(dtype, "__arrow_ext_serialize__"):  # defined in Python (pa.ExtensionType)
+        serialized = dtype.__arrow_ext_serialize__()
+    elif name in ("arrow.uuid", "arrow.bool8"):
+        serialized = b""
+    elif name == "arrow.fixed_shape_tensor":
+        described = {"shape": list(dtype.shape)}
+        if dtype.dim_names:
+            described["dim_names"] = list(dtype.dim_names)
+        if dtype.permutation:
+            described["permutation"] = list(dtype.permutation)
+        serialized = json.dumps(described, separators=(",", ":")).encode()
+    elif name == "arrow.opaque":
+        serialized = json.dumps({"type_name": dtype.type_name, "vendor_name": dtype.vendor_name},
+                                separators=(",", ":")).encode()
+    else:
+        raise UnsupportedFeatureError(f"field {path!r}: extension type {name} is not supported")
+    return {_EXTENSION_NAME: name.encode(), _EXTENSION_METADATA: serialized}
+
+
+def storage_type(dtype: pa.DataType) -> pa.DataType:
+    """``dtype`` with every extension type replaced by its storage type, at any depth (what the
+    data files store)."""
+    if isinstance(dtype, pa.BaseExtensionType):
+        return storage_type(dtype.storage_type)
+    if pa.types.is_struct(dtype):
+        return pa.struct([f.with_type(storage_type(f.type)) for f in dtype])
+    if pa.types.is_map(dtype):
+        return pa.map_(dtype.key_field.with_type(storage_type(dtype.key_type)),
+                       dtype.item_field.with_type(storage_type(dtype.item_type)))
+    if pa.types.is_list(dtype):
+        return pa.list_(dtype.value_field.with_type(storage_type(dtype.value_type)))
+    if pa.types.is_large_list(dtype):
+        return pa.large_list(dtype.value_field.with_type(storage_type(dtype.value_type)))
+    if pa.types.is_fixed_size_list(dtype):
+        return pa.list_(dtype.value_field.with_type(storage_type(dtype.value_type)), dtype.list_size)
+    return dtype
+
+
+def storage_schema(schema: pa.Schema) -> pa.Schema:
+    """:func:`storage_type` of every field."""
+    return pa.schema([f.with_type(storage_type(f.type)) for f in schema], metadata=schema.metadata)
 
 
 def _legacy_encoding(dtype: pa.DataType) -> int:
@@ -291,7 +371,12 @@ class LanceSchema:
                 raise UnsupportedFeatureError(f"field {f.name!r}: {exc}") from exc
             except (ValueError, KeyError, TypeError, pa.ArrowException) as exc:
                 raise InvalidInputError(f"field {f.name!r}: malformed logical type {logical!r}") from exc
-        return pa.field(f.name, dtype, f.nullable, metadata=dict(f.metadata) or None)
+        metadata = dict(f.metadata)
+        extension = _extension_type(dtype, metadata)
+        if extension is not None:
+            dtype = extension
+            metadata = {k: v for k, v in metadata.items() if k not in _EXTENSION_KEYS}
+        return pa.field(f.name, dtype, f.nullable, metadata=metadata or None)
 
     def _nested_type(self, f: file_pb2.Field, kids: list[file_pb2.Field]) -> pa.DataType:
         if f.logical_type == "struct":
@@ -396,7 +481,8 @@ def _check_unique_names(names: list[str], where: str) -> None:
 
 def _add_arrow_field(out: list[file_pb2.Field], field: pa.Field, parent_id: int, path: str) -> None:
     """Append ``field`` and its descendants to ``out`` in pre-order."""
-    dtype = _VIEW_TYPES.get(field.type, field.type)
+    # (a Python extension type need not be hashable: pylance's bfloat16 is not)
+    dtype = field.type if isinstance(field.type, pa.BaseExtensionType) else _VIEW_TYPES.get(field.type, field.type)
     f = file_pb2.Field(
         name=field.name,
         id=len(out),
@@ -407,8 +493,10 @@ def _add_arrow_field(out: list[file_pb2.Field], field: pa.Field, parent_id: int,
     )
     out.append(f)
     children: list[pa.Field] = []
-    if isinstance(dtype, pa.ExtensionType):
-        raise UnsupportedFeatureError(f"field {path!r}: extension type {dtype} is not supported")
+    if isinstance(dtype, pa.BaseExtensionType):
+        f.metadata.update(_extension_metadata(dtype, path))
+        dtype = dtype.storage_type
+        f.encoding = _legacy_encoding(dtype)
     if pa.types.is_struct(dtype):
         f.logical_type = "struct"
         children = list(dtype)

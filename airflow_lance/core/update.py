@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 
 from airflow_lance.core import rowids
 from airflow_lance.core._proto import table_pb2
-from airflow_lance.core.arrays import arrow_dataset
+from airflow_lance.core.arrays import arrow_dataset, empty_table
 from airflow_lance.core.deletion import deletion_path, keep_mask, read_deletion_vector, write_deletion_vector
 from airflow_lance.core.errors import InvalidInputError
 from airflow_lance.core.fragment import FragmentMetadata
@@ -150,7 +150,7 @@ def _compile_updates(updates: Mapping[str, str], schema: LanceSchema) -> tuple[d
             raise InvalidInputError(f"Column {name!r} does not exist in dataset schema (columns: {arrow.names})")
         expression, needed = value_expression(sql, arrow)
         target = arrow.field(name).type
-        empty = pa.schema([arrow.field(c) for c in needed]).empty_table()
+        empty = empty_table(pa.schema([arrow.field(c) for c in needed]))
         try:
             result_type = arrow_dataset().dataset(empty).to_table(columns={"v": expression}).schema.field(0).type
             if result_type != target:

@@ -34,6 +34,7 @@ import numpy as np
 import pyarrow as pa
 
 from airflow_lance.core import dataset
+from airflow_lance.core.arrays import empty_table
 from airflow_lance.core.column_files import AddColumnsPlan
 from airflow_lance.core.evolution import plan_compute
 from airflow_lance.core.scan import read_fragment
@@ -132,7 +133,7 @@ def write_values(batches: Iterator[pa.RecordBatch], *, ids: Sequence[int], uri: 
                     f"the expressions moved rows of fragment {fragment_id} (an aggregate or window expression?): "
                     "each new value must come from its own row")
         ds = dataset(uri, planned.read_version, storage_options=dict(storage_options))
-        values = planned.output_schema.empty_table() if table is None else table.drop_columns(
+        values = empty_table(planned.output_schema) if table is None else table.drop_columns(
             [FRAGMENT_COLUMN, ROW_COLUMN])
         written = planned.write_fragment_values(ds, fragment_id, values)
     yield pa.record_batch({"fragment": [json.dumps(written.to_json())]})

@@ -46,7 +46,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_lance.core import AmbiguousMergeInsertError, FragmentMetadata
-from airflow_lance.core.arrays import sorted_unique
+from airflow_lance.core.arrays import empty_table, sorted_unique
 from airflow_lance.spark.distributed import (
     default_parallelism,
     from_ipc,
@@ -455,7 +455,7 @@ def run(spark: SparkSession, spec: MergeInsertJobSpec, source: DataFrame | None,
                                     storage_options=options, on=on, keys=keys, delete=delete_now)
         if fused:
             groups = group_splits(plan.splits, writers(source_keys.num_rows)) if source_keys.num_rows else []
-            write = functools.partial(write_splits, plan=plan, matched=Inline(to_ipc(pair_schema.empty_table())),
+            write = functools.partial(write_splits, plan=plan, matched=Inline(to_ipc(empty_table(pair_schema))),
                                       **classify)
             # one task per slot: a Spark task costs more than matching a fragment
             work = ([(sum(_split_weight(x) for x in g), ("write", g)) for g in groups]
@@ -469,7 +469,7 @@ def run(spark: SparkSession, spec: MergeInsertJobSpec, source: DataFrame | None,
     finally:
         if keys is not None:
             unshare(keys)
-    matched = pa.concat_tables([from_ipc(p) for p, _, _ in parts]) if parts else pair_schema.empty_table()
+    matched = pa.concat_tables([from_ipc(p) for p, _, _ in parts]) if parts else empty_table(pair_schema)
     updated = [FragmentMetadata.from_json(f) for _, f, _ in parts if f is not None]
     removed = [r for _, _, r in parts if r is not None]
     matched = matched.cast(pair_schema)

@@ -61,7 +61,7 @@ from airflow_lance.core.file.format import (
 from airflow_lance.core.file.legacy import LegacyFile
 from airflow_lance.core.file.v21.read import Assembler21, page_selection
 from airflow_lance.core.file.v21.util import LazyBuffer
-from airflow_lance.core.schema import LanceSchema
+from airflow_lance.core.schema import LanceSchema, storage_type
 
 #: Bytes read from the end of the file on open (footer, tables, usually all metadata).
 TAIL_BYTES = 64 * 1024
@@ -403,8 +403,9 @@ class LanceFileReader:
             buffers = self._load_pages(columns, selection)
             assembler21 = Assembler21(self, schema, mapping, buffers, selection)
             for top, arrow_field in zip(tops, arrow_schema):
-                chunks = assembler21.field_chunks(top, arrow_field.type, rows)
-                arrays.append(pa.chunked_array(chunks, type=arrow_field.type))
+                stored = storage_type(arrow_field.type)
+                chunks = assembler21.field_chunks(top, stored, rows)
+                arrays.append(_as_type(pa.chunked_array(chunks, type=stored), arrow_field.type))
             return pa.Table.from_arrays(arrays, schema=arrow_schema)
         extra = set(self._string_byte_columns(columns, mapping))
         columns = sorted({*columns, *extra})
@@ -420,8 +421,9 @@ class LanceFileReader:
             buffers.update(self._load_pages(partial, selection))
         assembler = _Assembler(self, schema, mapping, buffers, selection)
         for top, arrow_field in zip(tops, arrow_schema):
-            chunks = assembler.field_chunks(top, arrow_field.type, self.num_rows, top_level=True)
-            arrays.append(pa.chunked_array(chunks, type=arrow_field.type))
+            stored = storage_type(arrow_field.type)
+            chunks = assembler.field_chunks(top, stored, self.num_rows, top_level=True)
+            arrays.append(_as_type(pa.chunked_array(chunks, type=stored), arrow_field.type))
         return pa.Table.from_arrays(arrays, schema=arrow_schema)
 
 
@@ -589,6 +591,11 @@ class _Assembler:
         if len(data) != count or data.null_count:
             raise CorruptFileError(self.reader.path, f"field {field.name!r}: {len(data)} string bytes, expected {count}")
         return data.buffers()[1].slice(data.offset, count) if count else pa.py_buffer(b"")
+
+
+def _as_type(column: pa.ChunkedArray, dtype: pa.DataType) -> pa.ChunkedArray:
+    """A column decoded in its storage type as the field's type (extension types at any depth)."""
+    return column if column.type == dtype else column.cast(dtype)
 
 
 def _is_leaf20(dtype: pa.DataType) -> bool:

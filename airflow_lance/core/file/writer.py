@@ -66,7 +66,7 @@ from airflow_lance.core.file.format import (
 from airflow_lance.core.file.v21 import write as encode21
 from airflow_lance.core.file.v21.pages import PAGE_LAYOUT_URL
 from airflow_lance.core.file.v21.structure import ITEM, LIST, NodeData
-from airflow_lance.core.schema import LanceSchema
+from airflow_lance.core.schema import LanceSchema, storage_schema, storage_type
 
 DEFAULT_MAX_PAGE_BYTES = 8 * 1024 * 1024
 #: Field metadata naming the general compression of a 2.2 string field, as in pylance.
@@ -394,6 +394,8 @@ class LanceFileWriter:
         self._version_name = version
         self.version = FILE_VERSIONS[version]
         self._arrow_schema = schema.to_arrow()
+        stored = storage_schema(self._arrow_schema)
+        self._storage_schema = None if stored.equals(self._arrow_schema) else stored
         self._sink = sink
         self._position = 0
         self._num_rows = 0
@@ -408,7 +410,7 @@ class LanceFileWriter:
         if version == "2.0":
             self._top = [self._build(schema, f, f.name) for f in schema.top_level()]
         else:
-            self._top = [self._build_leaves(schema, f, [(0, schema.arrow_field(f.id).type)]) for f in
+            self._top = [self._build_leaves(schema, f, [(0, storage_type(schema.arrow_field(f.id).type))]) for f in
                          schema.top_level()]
 
     def _build_leaves(self, schema: LanceSchema, field: file_pb2.Field, path: list) -> list[_LeafColumn]:
@@ -437,7 +439,7 @@ class LanceFileWriter:
         return out
 
     def _build(self, schema: LanceSchema, field: file_pb2.Field, path: str) -> _Column:
-        column = _Column(path, schema.arrow_field(field.id).type, self, packed=is_packed_struct(field),
+        column = _Column(path, storage_type(schema.arrow_field(field.id).type), self, packed=is_packed_struct(field),
                          blob=BLOB_KEY in field.metadata)
         self._columns.append(column)
         if column.kind == encode.PACKED:  # one column of all its fields' values
@@ -483,6 +485,8 @@ class LanceFileWriter:
             return
         if not batch.schema.equals(self._arrow_schema):
             batch = self.schema.align(batch)
+        if self._storage_schema is not None:  # extension types: their storage is written
+            batch = batch.cast(self._storage_schema)
         try:
             for column, data in zip(self._top, batch.columns):
                 for chunk in data.chunks if isinstance(data, pa.ChunkedArray) else [data]:

@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 
 from airflow_lance.core import layout
 from airflow_lance.core._proto import index_pb2, table_pb2
+from airflow_lance.core.arrays import empty_table
 from airflow_lance.core.errors import CorruptFileError
 from airflow_lance.core.file import LanceFileReader
 from airflow_lance.core.indices import ivf, pq
@@ -70,7 +71,7 @@ def _file(reader: LanceFileReader, rows: bool = True) -> tuple[pa.Table, dict[st
     schema = reader.schema.to_arrow() if hasattr(reader.schema, "to_arrow") else None
     if rows or schema is None:
         return reader.read(), metadata, buffers
-    return schema.empty_table(), metadata, buffers
+    return empty_table(schema), metadata, buffers
 
 
 def _untranspose(codes: np.ndarray, lengths: np.ndarray) -> np.ndarray:

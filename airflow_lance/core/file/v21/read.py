@@ -26,7 +26,7 @@ from airflow_lance.core.file.v21 import pages as page_codec
 from airflow_lance.core.file.v21.blocks import Fixed, Variable, bitmap, take, to_arrow
 from airflow_lance.core.file.v21.structure import ITEM, LIST, Level, check_layers, unravel
 from airflow_lance.core.file.v21.util import Ctx, exclusive_cumsum
-from airflow_lance.core.schema import LanceSchema
+from airflow_lance.core.schema import OPAQUE_EXTENSIONS, LanceSchema
 
 if TYPE_CHECKING:
     from airflow_lance.core.file.reader import LanceFileReader
@@ -77,11 +77,11 @@ class Assembler21:
 
     def field_chunks(self, field: file_pb2.Field, dtype: pa.DataType, rows: int) -> list[pa.Array]:
         """The values of a top-level field (``rows`` of them) as chunks."""
-        extension = field.metadata.get("ARROW:extension:name")
-        if extension is not None:
+        extension = field.metadata.get("ARROW:extension:name", b"").decode(errors="replace")
+        if extension in OPAQUE_EXTENSIONS:  # other extension types read as their storage type
             raise UnsupportedFeatureError(
-                f"{self.reader.path}: field {field.name!r} has extension type {extension.decode(errors='replace')!r} "
-                "(e.g. pylance's blob v2 columns) which is not supported")
+                f"{self.reader.path}: field {field.name!r} has extension type {extension!r} (pylance's "
+                f"{'blob v2 columns' if extension == 'lance.blob.v2' else 'JSONB values'}) which is not supported")
         column = self.mapping.get(field.id)
         if column is not None and not self.schema.children(field.id):
             decoded = self._decode_column(column, field, [(field, dtype)], rows)
