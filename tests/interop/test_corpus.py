@@ -264,7 +264,8 @@ def _pylance_table(uri: str) -> pa.Table:
         if b"lance-encoding:blob" in (field.metadata or {}):
             values = [None if blob is None else blob.read()
                       for blob in ds.take_blobs(field.name, indices=list(range(table.num_rows)))]
-            table = table.set_column(index, pa.field(field.name, pa.large_binary()), pa.array(values, pa.large_binary()))
+            table = table.set_column(index, pa.field(field.name, pa.large_binary()),
+                                     pa.array(values, pa.large_binary()))
     return table
 
 
