@@ -241,7 +241,9 @@ def _replace_fragments(
             merged.MergeFrom(new)
             del merged.files[:]
             merged.files.extend(new.files)
-            if not new.HasField("deletion_file"):
+            if new.HasField("deletion_file"):  # whole: a merge would keep the old file's base_id
+                merged.deletion_file.CopyFrom(new.deletion_file)
+            else:
                 merged.ClearField("deletion_file")
             fragment = merged
         kept.append(fragment)
@@ -327,6 +329,7 @@ def _apply_rewrite(op: LanceOperation.Rewrite, base: ManifestFile | None, ctx: A
             index.index_details.type_url = remap.new_details_type_url
             index.index_details.value = remap.new_details_value
             index.index_version = remap.new_index_version
+            index.ClearField("base_id")  # the remapped files are written to this dataset, not the index's base
             if remap.new_index_files:
                 del index.files[:]
                 index.files.extend(remap.new_index_files)

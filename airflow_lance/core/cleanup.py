@@ -13,6 +13,10 @@ branch) points at it. Everything else is *old*:
   older than the oldest retained manifest, so a write in progress is never
   touched.
 
+Files in other base paths (a shallow clone's source, ``target_bases`` of a
+multi-base dataset) belong to those bases and are never removed, as in pylance,
+also when such a base lies inside the dataset's root.
+
 Cost: one listing of each managed directory and one read of each manifest.
 Nothing is deleted until every manifest has been read and checked, so an
 error (corrupt manifest, unsupported feature, tagged old version) leaves the
@@ -34,7 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from google.protobuf.message import DecodeError
 
-from airflow_lance.core import feature_flags, layout
+from airflow_lance.core import bases, feature_flags, layout
 from airflow_lance.core._proto import table_pb2
 from airflow_lance.core.dataset import LanceDataset
 from airflow_lance.core.errors import (
@@ -43,7 +47,7 @@ from airflow_lance.core.errors import (
     InvalidInputError,
     LanceError,
 )
-from airflow_lance.core.manifest import latest_version
+from airflow_lance.core.manifest import latest_version, read_manifest
 from airflow_lance.core.manifest_view import read_view
 from airflow_lance.core.storage import FileInfo, ObjectStore, open_store
 from airflow_lance.core.storage.local import LocalStore
@@ -93,6 +97,7 @@ class _Version:
     fragments: set[bytes]
     files: set[str]  # transaction file
     index_uuids: set[str]
+    writer_feature_flags: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,7 +192,8 @@ def _read_versions(store: ObjectStore, listed: list[FileInfo], read_version: int
         feature_flags.check_writable(flags, store.uri)
         files = {layout.transaction_file_path(view.transaction_file)} if view.transaction_file else set()
         uuids = _index_uuids(view.index_section, info.path)
-        versions.append(_Version(info, version, view.timestamp_s, set(view.fragments), files, uuids))
+        versions.append(_Version(info, version, view.timestamp_s, set(view.fragments), files, uuids,
+                                 view.writer_feature_flags))
     return versions
 
 
@@ -333,6 +339,22 @@ def _prune_empty_dirs(store: ObjectStore, removed: list[str]) -> None:
             parent = os.path.dirname(parent)
 
 
+def _outside_other_bases(store: ObjectStore, versions: list[_Version], candidates: list[_Candidate]
+                         ) -> list[_Candidate]:
+    """``candidates`` without the files below another base path of the dataset that lies inside its
+    root: those belong to the base (pylance's ``initial_bases``/``add_bases``), not to this cleanup."""
+    with_bases = [v for v in versions if v.writer_feature_flags & feature_flags.BASE_PATHS]
+    if not with_bases:
+        return candidates
+    read_manifest(store, max(v.version for v in with_bases))  # registers the bases with the store
+    prefixes = tuple(bases.foreign_prefixes(store))
+    if not prefixes:
+        return candidates
+    log.warning("%s: base paths inside the dataset (%s): files below them are never cleaned up",
+                store.uri, ", ".join(prefixes))
+    return [c for c in candidates if not c.path.startswith(prefixes)]
+
+
 def cleanup_old_versions(
     dataset_or_uri: LanceDataset | str | os.PathLike[str],
     *,
@@ -400,6 +422,8 @@ def cleanup_old_versions(
         layout.STAGING_DIR,
     ):
         others.extend(c for c in (classifier.classify(i) for i in store.list(directory)) if c is not None)
+
+    others = _outside_other_bases(store, versions, others)
 
     stats = CleanupStats(dry_run=dry_run)
     failed = _delete(store, manifests, stats)

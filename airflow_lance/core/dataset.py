@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_lance.core import auto_cleanup, feature_flags, metadata
+from airflow_lance.core import auto_cleanup, bases, feature_flags, metadata
 from airflow_lance.core.arrays import arrow_dataset, empty_table
 from airflow_lance.core.file.legacy_writer import GROUP_ROWS
 from airflow_lance.core.layout import ManifestNamingScheme
@@ -213,6 +213,7 @@ class LanceDataset:
 
     def _load(self, manifest_file: ManifestFile) -> None:
         feature_flags.check_readable(manifest_file.manifest, self._store.uri)
+        bases.register(self._store, manifest_file.manifest)
         self._manifest_file = manifest_file
         self._manifest = manifest_file.manifest
         self._schema = LanceSchema.from_fields(list(self._manifest.fields), dict(self._manifest.schema_metadata))
@@ -294,6 +295,14 @@ class LanceDataset:
     def checkout_version(self, version: int | str) -> LanceDataset:
         """A new handle on ``version`` (a number or a tag name)."""
         return _open_version(self._store, version)
+
+    def shallow_clone(self, target_path: str | os.PathLike[str], reference: int | str | tuple[str | None, int | None],
+                      storage_options: Mapping[str, str] | None = None) -> LanceDataset:
+        """A new dataset at ``target_path`` that references version ``reference`` (a number, a tag,
+        or ``(branch, version)`` on main) of this one without copying data (core/clone.py)."""
+        from airflow_lance.core.clone import shallow_clone
+
+        return shallow_clone(self, target_path, reference, storage_options)
 
     def read_transaction(self, version: int | None = None) -> Transaction | None:
         """The transaction that made ``version`` (default: this handle's version), or None

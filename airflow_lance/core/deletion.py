@@ -15,6 +15,7 @@ import pyroaring
 
 from airflow_lance.core import layout
 from airflow_lance.core.arrays import uint32_array
+from airflow_lance.core.bases import deletion_location
 from airflow_lance.core.errors import CorruptFileError, DataFileNotFoundError
 from airflow_lance.core.fragment import DeletionFile
 from airflow_lance.core.storage import ObjectStore
@@ -54,10 +55,12 @@ def _decode_bitmap(data: bytes, path: str) -> np.ndarray:
 def read_deletion_vector(store: ObjectStore, fragment_id: int, deletion: DeletionFile) -> np.ndarray:
     """Deleted row offsets (uint32, any order) of one fragment."""
     path = deletion_path(fragment_id, deletion)
+    source, path = deletion_location(store, deletion, path)
     try:
-        data = store.read(path)
+        data = source.read(path)
     except FileNotFoundError as exc:
-        raise DataFileNotFoundError(path, f"deletion file is missing from dataset {store.uri}") from exc
+        raise DataFileNotFoundError(path, f"deletion file is missing from dataset {store.uri}"
+                                    + (f" (base path {source.uri})" if source is not store else "")) from exc
     if deletion.file_type == "array":
         return _decode_arrow(data, path)
     if deletion.file_type == "bitmap":

@@ -27,8 +27,9 @@ _NAMES = {
     COVERED_INDEX_METADATA: "covered index metadata",
 }
 
-READABLE = DELETION_FILES | STABLE_ROW_IDS | USE_V2_FORMAT_DEPRECATED | TABLE_CONFIG | COVERED_INDEX_METADATA
-WRITABLE = DELETION_FILES | STABLE_ROW_IDS | USE_V2_FORMAT_DEPRECATED | TABLE_CONFIG | COVERED_INDEX_METADATA
+READABLE = (DELETION_FILES | STABLE_ROW_IDS | USE_V2_FORMAT_DEPRECATED | TABLE_CONFIG | BASE_PATHS
+            | COVERED_INDEX_METADATA)
+WRITABLE = READABLE
 # Flags we keep as found because they describe content we copy forward untouched.
 _PRESERVED = USE_V2_FORMAT_DEPRECATED | COVERED_INDEX_METADATA
 
@@ -69,5 +70,8 @@ def apply_feature_flags(manifest: table_pb2.Manifest, previous_reader: int = 0, 
         writer |= STABLE_ROW_IDS
     if manifest.config:
         writer |= TABLE_CONFIG
+    if manifest.base_paths:
+        reader |= BASE_PATHS
+        writer |= BASE_PATHS
     manifest.reader_feature_flags = reader
     manifest.writer_feature_flags = writer

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from airflow_lance.core import layout
 from airflow_lance.core._proto import table_pb2
+from airflow_lance.core.bases import data_file_location
 from airflow_lance.core.errors import SchemaMismatchError
 from airflow_lance.core.file.legacy import LegacyFile
 from airflow_lance.core.manifest import (
@@ -29,7 +29,7 @@ from airflow_lance.core.transaction import LanceOperation
 
 def _stored_values(store: ObjectStore, data_file: table_pb2.DataFile, field_id: int) -> pa.Array | None:
     """The dictionary values of ``field_id`` stored in a legacy data file."""
-    path = layout.data_file_path(data_file.path)
+    store, path = data_file_location(store, data_file)
 
     def read_range(offset: int, length: int) -> pa.Buffer:
         return pa.py_buffer(store.read_range(path, offset, length))

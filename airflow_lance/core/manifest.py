@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 from google.protobuf.message import DecodeError
 
-from airflow_lance.core import feature_flags, layout
+from airflow_lance.core import bases, feature_flags, layout
 from airflow_lance.core._proto import table_pb2
 from airflow_lance.core.errors import (
     CorruptFileError,
@@ -363,6 +363,7 @@ def _migrated(store: ObjectStore, manifest_file: ManifestFile) -> ManifestFile:
     pylance 14 refuses to open refused (see core.migrate)."""
     from airflow_lance.core.migrate import check_column_indices, migrate_fragment_stats  # imports this module
 
+    bases.register(store, manifest_file.manifest)
     check_column_indices(manifest_file.manifest)
     migrate_fragment_stats(store, manifest_file.manifest)
     return manifest_file

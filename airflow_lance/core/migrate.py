@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from airflow_lance.core import layout
 from airflow_lance.core._proto import table_pb2
+from airflow_lance.core.bases import data_file_location
 from airflow_lance.core.deletion import read_deletion_vector
 from airflow_lance.core.errors import UnsupportedFeatureError
 from airflow_lance.core.file import LanceFileReader
@@ -37,7 +38,7 @@ def needs_migration(manifest: table_pb2.Manifest) -> bool:
 
 
 def _file_rows(store: ObjectStore, data_file: table_pb2.DataFile) -> int:
-    path = layout.data_file_path(data_file.path)
+    store, path = data_file_location(store, data_file)
     with store.open_input(path) as source:
         # the recorded size may be wrong for legacy files (pylance 0.39-4.0): let the reader find it
         return LanceFileReader(source, path=path, file_size=None).num_rows

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_lance.core import layout
+from airflow_lance.core.bases import data_file_location
 from airflow_lance.core.deletion import deletion_path, keep_mask, read_deletion_vector
 from airflow_lance.core.errors import (
     CorruptFileError,
@@ -29,8 +30,6 @@ READABLE_DATA_FILE_VERSIONS = ((0, 0), (0, 1), (0, 2), (0, 3), (2, 0), (2, 1), (
 
 
 def _check_data_file(data_file: DataFile, path: str) -> None:
-    if data_file.base_id is not None:
-        raise UnsupportedFeatureError(f"{path}: data files in other base paths are not supported")
     version = (data_file.file_major_version, data_file.file_minor_version)
     if version not in READABLE_DATA_FILE_VERSIONS:
         raise UnsupportedFeatureError(
@@ -82,11 +81,12 @@ class FragmentReader:
         opened = self._open.get(number)
         if opened is not None:
             return opened[1]
-        path = layout.data_file_path(data_file.path)
+        store, path = data_file_location(self.store, data_file)
         try:
-            source = self.store.open_input(path)
+            source = store.open_input(path)
         except FileNotFoundError as exc:
-            raise DataFileNotFoundError(path, f"data file is missing from dataset {self.store.uri}") from exc
+            raise DataFileNotFoundError(path, f"data file is missing from dataset {self.store.uri}"
+                                        + (f" (base path {store.uri})" if store is not self.store else "")) from exc
         try:
             reader = LanceFileReader(source, path=path, file_size=data_file.file_size_bytes)
         except BaseException:

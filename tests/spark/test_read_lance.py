@@ -98,6 +98,10 @@ CASES: dict[str, dict[str, Any]] = {
 }
 
 
+#: Cases read from a shallow clone (pylance's ``shallow_clone``) of the 2.2 dataset's version 3.
+CLONE_CASES = ("full", "filter", "split_fragments", "row_address_filtered")
+
+
 #: ``since_version`` reads of histories with updates, deletes and compactions in between:
 #: (base, version or None for the latest, filter)
 SINCE_CASES: dict[str, tuple[int, int | None, str | None]] = {
@@ -134,6 +138,9 @@ def spark_reads(tmp_path_factory: pytest.TempPathFactory) -> tuple[pathlib.Path,
     for fmt, uri in uris.items():
         _write(uri, fmt)
     cases = {f"{case}@{fmt}": {"uri": uri, **kwargs} for fmt, uri in uris.items() for case, kwargs in CASES.items()}
+    uris["clone"] = str(work / "clone.lance")  # every file in the source's base path
+    pylance.dataset(uris["2.2"]).shallow_clone(uris["clone"], 3)
+    cases.update({f"{case}@clone": {"uri": uris["clone"], **CASES[case]} for case in CLONE_CASES})
     for kind, stable in SINCE_HISTORIES.items():
         uris[kind] = str(work / f"history-{kind}.lance")
         history(uris[kind], stable=stable, compact_with="pylance")
@@ -166,6 +173,16 @@ def test_read_lance_equals_pylance(spark_reads, case: str, fmt: str) -> None:
     assert got.num_rows == expected.num_rows
     assert got.schema.names == expected.schema.names
     # Spark hands back its own Arrow representation (timestamps, list child names): compare values
+    assert got.to_pylist() == expected.to_pylist()
+
+
+@pytest.mark.parametrize("case", CLONE_CASES)
+def test_read_lance_of_a_shallow_clone_equals_pylance(spark_reads, case: str) -> None:
+    """Executors read the data and deletion files through the clone's base path (the source)."""
+    out, uris, _ = spark_reads
+    got, _ = _spark_result(out, f"{case}@clone")
+    expected = _expected(uris["clone"], CASES[case])
+    assert got.num_rows == expected.num_rows > 0
     assert got.to_pylist() == expected.to_pylist()
 
 

@@ -30,8 +30,8 @@ import numpy as np
 import pyarrow as pa
 import pyroaring
 
-from airflow_lance.core import layout
 from airflow_lance.core._proto import table_pb2
+from airflow_lance.core.bases import index_file_location
 from airflow_lance.core.deletion import keep_mask, read_deletion_vector
 from airflow_lance.core.errors import CorruptFileError
 from airflow_lance.core.file import LanceFileReader
@@ -126,9 +126,9 @@ def deserialize_row_addrs(data: bytes) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, np.uint64)
 
 
-def _read(store: ObjectStore, uuid: str, name: str) -> LanceFileReader:
-    path = f"{layout.index_dir(uuid)}/{name}"
-    return LanceFileReader(store.open_input(path), path=path)
+def _read(store: ObjectStore, index: table_pb2.IndexMetadata, name: str) -> LanceFileReader:
+    source, path = index_file_location(store, index, index_uuid(index), name)
+    return LanceFileReader(source.open_input(path), path=path)
 
 
 def _bitmap_rows(table: pa.Table) -> tuple[pa.Array, np.ndarray]:
@@ -143,17 +143,17 @@ def _bitmap_rows(table: pa.Table) -> tuple[pa.Array, np.ndarray]:
 def remap_files(store: ObjectStore, index: table_pb2.IndexMetadata, mapping: AddressMap
                 ) -> dict[str, IndexFileData]:
     """The files of ``index`` with its row addresses remapped."""
-    uuid, kind = index_uuid(index), index.index_details.type_url
+    kind = index.index_details.type_url
     if kind == ivf.TYPE_URL:
         return vector_remap.remap_files(store, index, mapping)
     if kind == btree.TYPE_URL:
-        lookup = _read(store, uuid, btree.LOOKUP_NAME)
+        lookup = _read(store, index, btree.LOOKUP_NAME)
         batch_size = int(dict(lookup.schema.metadata).get("batch_size", btree.BATCH_SIZE))
-        pages = _read(store, uuid, btree.PAGES_NAME).read()
+        pages = _read(store, index, btree.PAGES_NAME).read()
         keep, ids = mapping.apply(pages.column("ids").to_numpy())
         values = pages.column("values").combine_chunks().filter(pa.array(keep))
         return btree.build(values, ids, batch_size)
-    reader = _read(store, uuid, bitmap.LOOKUP_NAME)
+    reader = _read(store, index, bitmap.LOOKUP_NAME)
     keys, addrs = _bitmap_rows(reader.read())
     keep, addrs = mapping.apply(addrs)
     keys = keys.filter(pa.array(keep))

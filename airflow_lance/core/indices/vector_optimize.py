@@ -58,8 +58,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyroaring
 
-from airflow_lance.core import feature_flags, layout
+from airflow_lance.core import feature_flags
 from airflow_lance.core._proto import index_pb2, table_pb2
+from airflow_lance.core.bases import index_file_location
 from airflow_lance.core.file import LanceFileReader
 from airflow_lance.core.indices import ivf, kmeans, pq, vector_remap
 from airflow_lance.core.indices.files import IndexFileData, write_index_file
@@ -92,17 +93,16 @@ class _Segment:
     aux_schema: pa.Schema
 
 
-def _reader(store, uuid: str, name: str) -> LanceFileReader:
-    path = f"{layout.index_dir(uuid)}/{name}"
-    return LanceFileReader(store.open_input(path), path=path)
+def _reader(store, index: table_pb2.IndexMetadata, name: str) -> LanceFileReader:
+    source, path = index_file_location(store, index, index_uuid(index), name)
+    return LanceFileReader(source.open_input(path), path=path)
 
 
 def _load(store, index: table_pb2.IndexMetadata, rows: bool = True) -> _Segment:
     """A segment; without ``rows`` only its partitions' lengths (``labels``), ``ids``/``payload`` empty."""
-    uuid = index_uuid(index)
-    aux = _reader(store, uuid, ivf.AUXILIARY_NAME)
+    aux = _reader(store, index, ivf.AUXILIARY_NAME)
     table, aux_metadata, aux_buffers = vector_remap._file(aux, rows)
-    marker = _reader(store, uuid, ivf.INDEX_NAME)
+    marker = _reader(store, index, ivf.INDEX_NAME)
     _, index_metadata, index_buffers = vector_remap._file(marker)
     part = index_pb2.IVF()
     part.ParseFromString(aux_buffers[int(aux_metadata.get("lance:ivf", "1")) - 1])

@@ -23,8 +23,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_lance.core import layout
 from airflow_lance.core._proto import index_pb2, table_pb2
+from airflow_lance.core.bases import index_file_location
 from airflow_lance.core.arrays import empty_table
 from airflow_lance.core.errors import CorruptFileError
 from airflow_lance.core.file import LanceFileReader
@@ -58,9 +58,9 @@ def can_remap(index: table_pb2.IndexMetadata) -> bool:
     return known.ByteSize() == len(index.index_details.value)
 
 
-def _reader(store: ObjectStore, uuid: str, name: str) -> LanceFileReader:
-    path = f"{layout.index_dir(uuid)}/{name}"
-    return LanceFileReader(store.open_input(path), path=path)
+def _reader(store: ObjectStore, index: table_pb2.IndexMetadata, name: str) -> LanceFileReader:
+    source, path = index_file_location(store, index, index_uuid(index), name)
+    return LanceFileReader(source.open_input(path), path=path)
 
 
 def _file(reader: LanceFileReader, rows: bool = True) -> tuple[pa.Table, dict[str, str], list[bytes]]:
@@ -90,8 +90,7 @@ def _untranspose(codes: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 def remap_files(store: ObjectStore, index: table_pb2.IndexMetadata, mapping: AddressMap
                 ) -> dict[str, IndexFileData]:
     """The files of the IVF index ``index`` with its row addresses remapped."""
-    uuid = index_uuid(index)
-    table, metadata, buffers = _file(_reader(store, uuid, ivf.AUXILIARY_NAME))
+    table, metadata, buffers = _file(_reader(store, index, ivf.AUXILIARY_NAME))
     ivf_at = int(metadata.get("lance:ivf", "1"))
     message = index_pb2.IVF()
     message.ParseFromString(buffers[ivf_at - 1])
@@ -120,7 +119,7 @@ def remap_files(store: ObjectStore, index: table_pb2.IndexMetadata, mapping: Add
     message.lengths.extend(new_lengths.tolist())
     message.offsets.extend(np.concatenate([[0], np.cumsum(new_lengths)[:-1]]).tolist())
     buffers[ivf_at - 1] = message.SerializeToString()
-    marker, index_metadata, index_buffers = _file(_reader(store, uuid, ivf.INDEX_NAME))
+    marker, index_metadata, index_buffers = _file(_reader(store, index, ivf.INDEX_NAME))
     return {
         ivf.AUXILIARY_NAME: IndexFileData(auxiliary, metadata, buffers),
         ivf.INDEX_NAME: IndexFileData(marker.replace_schema_metadata(None), index_metadata, index_buffers),

@@ -6,12 +6,14 @@ import abc
 import builtins
 import contextlib
 import dataclasses
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, BinaryIO
+import types
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import pyarrow as pa
 
 if TYPE_CHECKING:
+    from airflow_lance.core.bases import BasePath
     from airflow_lance.core.storage.external import ExternalManifestStore
 
 
@@ -41,6 +43,13 @@ class ObjectStore(abc.ABC):
     lexically_ordered: bool = False
     #: Where commits are decided when the store itself cannot (``s3+ddb://``), else None.
     external_manifests: ExternalManifestStore | None = None
+    #: The options the store was opened with (``open_store`` sets them): other base paths of the
+    #: dataset are opened with them, as pylance opens them with the dataset's.
+    storage_options: Mapping[str, Any] = types.MappingProxyType({})
+    #: The dataset's other base paths by id, from the manifests read (``core.bases.register``),
+    #: and the stores opened for them. Both are replaced, never mutated in place.
+    base_paths: Mapping[int, BasePath] = types.MappingProxyType({})
+    base_stores: Mapping[int, ObjectStore] = types.MappingProxyType({})
 
     @abc.abstractmethod
     def read(self, path: str) -> bytes:

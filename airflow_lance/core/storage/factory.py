@@ -59,6 +59,12 @@ def _ddb_store(text: str, options: Mapping[str, Any] | None) -> S3Store:
 
 def open_store(uri: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None) -> ObjectStore:
     """Return the store for a dataset root: a local path, ``file://`` URI or any fsspec URI."""
+    store = _open_store(uri, storage_options)
+    store.storage_options = dict(storage_options or {})
+    return store
+
+
+def _open_store(uri: str | os.PathLike[str], storage_options: Mapping[str, Any] | None) -> ObjectStore:
     text = normalize_uri(uri)
     parsed = urlparse(text)
     scheme = parsed.scheme.lower()
