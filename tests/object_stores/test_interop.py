@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import lance as pylance
 import pyarrow as pa
 import pytest
 
 import airflow_lance.core as lance
+from airflow_lance.core.storage import open_store
 
 
 def _ids(start: int, n: int) -> pa.Table:
@@ -42,3 +45,26 @@ def test_pylance_reads_what_we_write_on_gcs(gcs_fake):
     lance.write_dataset(_ids(10, 5), uri, mode="append", storage_options=gcs_fake.options)
     theirs = pylance.dataset(uri, storage_options=gcs_fake.options)
     assert theirs.version == 2 and theirs.to_table().num_rows == 15
+
+
+def test_shallow_clones_across_the_store(shared):
+    """pylance's clone and ours of a dataset on the store: read, written to and cleaned up through the
+    clone's base path with the dataset's own storage options; the source's objects stay as they were."""
+    source, options = shared.new_uri("source.lance"), shared.options
+    pylance.write_dataset(_ids(0, 30), source, storage_options=options, max_rows_per_file=10)
+    pylance.dataset(source, storage_options=options).delete("id % 4 = 0")
+    before = sorted((i.path, i.size) for i in open_store(source, options).list(""))
+    theirs, mine = shared.new_uri("theirs.lance"), shared.new_uri("mine.lance")
+    pylance.dataset(source, storage_options=options).shallow_clone(theirs, 2, storage_options=options)
+    lance.dataset(source, storage_options=options).shallow_clone(mine, 2)
+    expected = pylance.dataset(source, storage_options=options).to_table()
+    for clone in (theirs, mine):
+        assert lance.dataset(clone, storage_options=options).to_table().equals(expected)
+        lance.write_dataset(_ids(100, 5), clone, mode="append", storage_options=options)
+        ds = lance.dataset(clone, storage_options=options)
+        ds.delete("id % 3 = 0")
+        ds.optimize.compact_files()
+        ds.cleanup_old_versions(older_than=dt.timedelta(0), delete_unverified=True)
+        rows = sorted(pylance.dataset(clone, storage_options=options).to_table().column("id").to_pylist())
+        assert rows == [i for i in list(range(30)) + list(range(100, 105)) if (i % 4 or i >= 100) and i % 3]
+    assert sorted((i.path, i.size) for i in open_store(source, options).list("")) == before
