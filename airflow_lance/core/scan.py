@@ -18,6 +18,7 @@ from airflow_lance.core.errors import (
     UnsupportedFeatureError,
 )
 from airflow_lance.core.file import LanceFileReader
+from airflow_lance.core.file.blob_v2 import read_sidecars
 from airflow_lance.core.file.format import LEGACY_VERSIONS
 from airflow_lance.core.fragment import DataFile, FragmentMetadata
 from airflow_lance.core.schema import LanceSchema
@@ -88,7 +89,8 @@ class FragmentReader:
             raise DataFileNotFoundError(path, f"data file is missing from dataset {self.store.uri}"
                                         + (f" (base path {store.uri})" if store is not self.store else "")) from exc
         try:
-            reader = LanceFileReader(source, path=path, file_size=data_file.file_size_bytes)
+            reader = LanceFileReader(source, path=path, file_size=data_file.file_size_bytes,
+                                     blob_sidecars=read_sidecars(store, path.removesuffix(".lance"), path))
         except BaseException:
             source.close()
             raise

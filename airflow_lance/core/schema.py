@@ -180,7 +180,7 @@ def _extension_type(storage: pa.DataType, metadata: Mapping[str, bytes]) -> pa.D
 def _extension_metadata(dtype: pa.BaseExtensionType, path: str) -> dict[str, bytes]:
     """``ARROW:extension:*`` field metadata for an extension type, as Arrow IPC writes it."""
     name = dtype.extension_name
-    if name in OPAQUE_EXTENSIONS or name == "arrow.json":
+    if name in ("lance.json", "arrow.json"):
         raise UnsupportedFeatureError(f"field {path!r}: extension type {name} (pylance stores its values "
                                       "transformed) is not supported")
     if hasattr(dtype, "__arrow_ext_serialize__"):  # defined in Python (pa.ExtensionType)

@@ -21,7 +21,7 @@ from airflow_lance.core.errors import (
     SchemaMismatchError,
     UnsupportedFeatureError,
 )
-from airflow_lance.core.file import LanceFileWriter
+from airflow_lance.core.file import LanceFileWriter, blob_v2
 from airflow_lance.core.file.legacy_writer import GROUP_ROWS, LegacyFileWriter, check_dictionaries
 from airflow_lance.core.file.writer import check_supported_layouts
 from airflow_lance.core.fragment import DataFile, FragmentMetadata
@@ -143,18 +143,27 @@ class _FragmentSink:
         self.fragments: list[FragmentMetadata] = []
         self._stack: contextlib.ExitStack | None = None
         self._writer: LanceFileWriter | LegacyFileWriter | None = None
+        self._sidecars: blob_v2.SidecarWriter | None = None
         self._name = ""
 
     def _open(self) -> LanceFileWriter | LegacyFileWriter:
         self._name = layout.new_data_file_name()
         self._stack = contextlib.ExitStack()
         sink = self._stack.enter_context(self.store.open_output(layout.data_file_path(self._name)))
+        self._sidecars = None
+        if any(blob_v2.is_blob_v2(field.metadata) for field in self.schema.top_level()):
+            self._sidecars = blob_v2.SidecarWriter(self.store, layout.data_file_path(self._name).removesuffix(".lance"))
+            self._stack.callback(self._drop_sidecars)  # (runs on abort; finish has closed them)
         if self.version == LEGACY_STORAGE_VERSION:
             self._writer = LegacyFileWriter(sink, self.schema, dictionaries=self.dictionaries,
                                             group_rows=min(self.group_rows, self.max_rows))
         else:
-            self._writer = LanceFileWriter(sink, self.schema, version=self.version)
+            self._writer = LanceFileWriter(sink, self.schema, version=self.version, blob_sidecars=self._sidecars)
         return self._writer
+
+    def _drop_sidecars(self) -> None:
+        if self._sidecars is not None:
+            self._sidecars.abort()
 
     def _close(self) -> None:
         writer, stack = self._writer, self._stack
@@ -298,7 +307,14 @@ def prepare_write(
     # Appends, and overwrites that do not ask for a version, keep the dataset's own version.
     keep = mode == "append" or (mode == "overwrite" and data_storage_version is None)
     version = resolve_storage_version(data_storage_version, existing if keep else None)
-    if mode == "append" and existing is not None:
+    appending = mode == "append" and existing is not None
+    if version == "2.2":  # 'lance-encoding:blob' fields are blob v2 columns in 2.2, as pylance 14 stores them
+        dataset_types = None
+        if appending:
+            dataset_types = {f.name: f.type for f in LanceSchema.from_fields(list(existing.manifest.fields), {}
+                                                                             ).to_arrow()}
+        source_schema, batches = blob_v2.convert_v1(source_schema, batches, dataset_types)
+    if appending:
         target = LanceSchema.from_fields(list(existing.manifest.fields), dict(existing.manifest.schema_metadata))
         target = _present_columns(target, source_schema, version)
         target.check_compatible(source_schema)

@@ -3,9 +3,8 @@
 We read what pylance writes for them (a nullable 2.2 variable packed struct stores a null row
 without bytes, which we refused as corrupt; 2.0 packed structs and blobs we refused outright), and
 we write packed structs and 2.0/2.1 blob columns in pylance's layouts (before, ordinary columns
-under that metadata, which pylance read as all nulls or not at all). 2.2 blob columns (pylance 14's
-blob v2) we do not write: every write that would produce one is refused before anything is
-written, and the dataset stays as pylance wrote it.
+under that metadata, which pylance read as all nulls or not at all). 2.2 blob columns are pylance
+14's blob v2 (``tests/interop/test_blob_v2.py``).
 """
 
 from __future__ import annotations
@@ -159,8 +158,6 @@ def _packed_field(*children: pa.Field) -> pa.Field:
 
 
 REFUSED = {
-    "blob": (["2.2"], pa.field("x", pa.large_binary(), metadata={"lance-encoding:blob": "true"}),
-             "is a blob column"),
     "string in 2.1": (["2.1"], _packed_field(pa.field("a", pa.int32(), False), pa.field("s", pa.string(), False)),
                       "pylance packs strings and binaries from 2.2 on"),
     "boolean": (["2.0", "2.1", "2.2"], _packed_field(pa.field("a", pa.int32(), False), pa.field("b", pa.bool_())),
@@ -175,10 +172,8 @@ REFUSED = {
 
 @pytest.mark.parametrize("name", list(REFUSED))
 def test_fields_we_cannot_store_as_pylance_are_refused_before_writing(tmp_path, name):
-    """Blob columns in 2.2 (pylance 14 writes them as blob v2, with sidecar files), and packed
-    structs pylance does not pack either: a new dataset, and every write into pylance's 2.2 blob
-    dataset, refused before anything is written (before, our files of them were unreadable by
-    pylance, and our writes into pylance's datasets broke them). Deletes and new columns work."""
+    """Packed structs pylance does not pack either, and blobs of other types than large_binary:
+    refused before anything is written (before, our files of them were unreadable by pylance)."""
     versions, field, message = REFUSED[name]
     for version in versions:
         new = str(tmp_path / f"new-{version}")
@@ -186,34 +181,6 @@ def test_fields_we_cannot_store_as_pylance_are_refused_before_writing(tmp_path, 
             ours.write_dataset(pa.table({"x": pa.nulls(3, field.type)}, schema=pa.schema([field])), new,
                                data_storage_version=version)
         assert not os.path.exists(new)  # nothing written
-    if name != "blob":
-        return
-    for version in versions:  # pylance 14 writes a blob v2 column here
-        uri = str(tmp_path / f"theirs-{version}")
-        pylance.write_dataset(_with(field, 100), uri, data_storage_version=version, max_rows_per_file=20)
-        pylance.dataset(uri).delete("id % 3 = 0")
-        before = pylance.dataset(uri).version, sorted(os.listdir(os.path.join(uri, "data")))
-        refused = {
-            "append": lambda: ours.write_dataset(_with(field, 10, 100), uri, mode="append"),
-            "compaction": lambda: ours.dataset(uri).optimize.compact_files(),
-            "update": lambda: ours.dataset(uri).update({"id": "id + 1000"}, where="id = 1"),
-            "merge insert": lambda: ours.dataset(uri).merge_insert("id").when_not_matched_insert_all().execute(
-                _with(field, 5, 200)),
-        }
-        for what, operation in refused.items():
-            # a 2.2 blob column is pylance's blob v2 struct, which a table of binaries does not match
-            errors = (ours.UnsupportedFeatureError, ours.SchemaMismatchError) if what in ("append", "merge insert") \
-                else ours.UnsupportedFeatureError
-            with pytest.raises(errors, match="'x'|`x`"):
-                operation()
-            assert (pylance.dataset(uri).version, sorted(os.listdir(os.path.join(uri, "data")))) == before, what
-        expected = pylance.dataset(uri).to_table(columns=["id"])
-        ours.dataset(uri).delete("id = 2")
-        ours.dataset(uri).add_columns({"twice": "id * 2"})
-        table = pylance.dataset(uri).to_table(columns=["id", "twice"])
-        assert table["id"].to_pylist() == [i for i in expected["id"].to_pylist() if i != 2]
-        assert table["twice"].to_pylist() == [2 * i for i in table["id"].to_pylist()]
-        assert ours.dataset(uri).to_table(columns=["id", "twice"]).equals(table)
 
 
 def _payloads(rows: int, start: int, seed: int) -> list[bytes | None]:

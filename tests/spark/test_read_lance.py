@@ -141,6 +141,14 @@ def spark_reads(tmp_path_factory: pytest.TempPathFactory) -> tuple[pathlib.Path,
     uris["clone"] = str(work / "clone.lance")  # every file in the source's base path
     pylance.dataset(uris["2.2"]).shallow_clone(uris["clone"], 3)
     cases.update({f"{case}@clone": {"uri": uris["clone"], **CASES[case]} for case in CLONE_CASES})
+    uris["blobs"] = str(work / "blobs.lance")  # pylance 14's blob v2: inline, packed and dedicated values
+    field = pylance.blob_field("img", inline_size_threshold=64, dedicated_size_threshold=3000)
+    payloads = [None if i % 9 == 4 else bytes([i % 251]) * ((i * 397) % 5000) for i in range(120)]
+    pylance.write_dataset(pa.table({"id": pa.array(range(120), pa.int64()), "img": pylance.blob_array(payloads)},
+                                   schema=pa.schema([pa.field("id", pa.int64()), field])),
+                          uris["blobs"], max_rows_per_file=50)
+    cases.update({"full@blobs": {"uri": uris["blobs"]},
+                  "split@blobs": {"uri": uris["blobs"], "filter": "id % 2 = 0", "rows_per_partition": 20}})
     for kind, stable in SINCE_HISTORIES.items():
         uris[kind] = str(work / f"history-{kind}.lance")
         history(uris[kind], stable=stable, compact_with="pylance")
@@ -184,6 +192,20 @@ def test_read_lance_of_a_shallow_clone_equals_pylance(spark_reads, case: str) ->
     expected = _expected(uris["clone"], CASES[case])
     assert got.num_rows == expected.num_rows > 0
     assert got.to_pylist() == expected.to_pylist()
+
+
+@pytest.mark.parametrize("case", ["full", "split"])
+def test_read_lance_of_blob_v2_columns(spark_reads, case: str) -> None:
+    """Blob v2 values reach Spark as the logical struct: the bytes (read by executors from the data
+    files and their sidecars) in ``data``, as pylance's ``take_blobs`` gives them."""
+    out, uris, _ = spark_reads
+    got, _ = _spark_result(out, f"{case}@blobs")
+    ds = pylance.dataset(uris["blobs"])
+    expected = {i: None if b is None else b.read() for i, b in zip(
+        ds.to_table(columns=["id"]).column("id").to_pylist(), ds.take_blobs("img", indices=list(range(120))))}
+    rows = {r["id"]: r["img"] and r["img"]["data"] for r in got.to_pylist()}
+    assert rows == {i: b for i, b in expected.items() if case == "full" or i % 2 == 0}
+    assert any(b and len(b) > 3000 for b in rows.values()) and any(b and 64 < len(b) <= 3000 for b in rows.values())
 
 
 def test_unsigned_columns_reach_spark_exactly(spark_reads) -> None:

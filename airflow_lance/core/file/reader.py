@@ -50,6 +50,7 @@ from airflow_lance.core._proto.encodings_v2_0_pb2 import ArrayEncoding
 from airflow_lance.core.errors import CorruptFileError, InvalidInputError, LanceError, UnsupportedFeatureError
 from airflow_lance.core.file import decode
 from airflow_lance.core.file.blob_bytes import gather_blobs
+from airflow_lance.core.file.blob_v2 import SidecarReader
 from airflow_lance.core.file.format import (
     FOOTER_SIZE,
     LEGACY_VERSIONS,
@@ -115,9 +116,13 @@ class LanceFileReader:
         path: str,
         file_size: int | None = None,
         column_index: Mapping[int, int] | None = None,
+        blob_sidecars: SidecarReader | None = None,
     ) -> None:
-        """Read and validate footer, offset tables and schema (``file_size`` 0/None: ask the source)."""
+        """Read and validate footer, offset tables and schema (``file_size`` 0/None: ask the source).
+
+        ``blob_sidecars`` reads the file's blob sidecar files (blob v2 values stored out of the file)."""
         self.path = path
+        self.blob_sidecars = blob_sidecars
         self._source = source
         self.reads = 0  # read requests made and bytes read (for I/O accounting)
         self.bytes_read = 0

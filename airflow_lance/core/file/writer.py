@@ -51,7 +51,7 @@ import pyarrow as pa
 
 from airflow_lance.core._proto import file2_pb2, file_pb2
 from airflow_lance.core.errors import InvalidInputError, UnsupportedFeatureError
-from airflow_lance.core.file import encode
+from airflow_lance.core.file import blob_v2, encode
 from airflow_lance.core.file.format import (
     ALIGNMENT,
     ARRAY_ENCODING_URL,
@@ -242,6 +242,27 @@ class _LeafColumn:
             self.pages.append(self._writer._write_page(page, PAGE_LAYOUT_URL))
 
 
+class _BlobV2Column(_LeafColumn):
+    """A blob v2 field: its values' bytes stored inline, in pack files or dedicated files as pylance
+    stores them (core/file/blob_v2.py), the column a variable packed struct of their descriptions."""
+
+    def __init__(self, field_id: int, path: list[tuple[int, pa.DataType]], writer: LanceFileWriter, name: str,
+                 thresholds: blob_v2.Thresholds) -> None:
+        super().__init__(field_id, path, writer)
+        self.name = name
+        self.thresholds = thresholds
+
+    def flush(self, *, final: bool = False) -> None:
+        if self.pending:
+            nodes, leaf = _merge(self.pending)
+            values = leaf.combine_chunks() if isinstance(leaf, pa.ChunkedArray) else leaf
+            descriptions = blob_v2.describe(values, self.name, self.thresholds, self._writer._write_buffer,
+                                            self._writer.blob_sidecars)
+            self.pages.append(self._writer._write_page(
+                encode21.encode_page(nodes, descriptions, self.pending_rows, self._writer.version), PAGE_LAYOUT_URL))
+            self.pending, self.pending_rows, self.pending_bytes = [], 0, 0
+
+
 @dataclass
 class _Encoding:
     """A page of ``column`` being encoded in the background (``future`` None once written)."""
@@ -368,23 +389,44 @@ def check_supported_layouts(schema: LanceSchema, version: str) -> None:
         if is_packed_struct(field):
             _check_packed(field, schema.arrow_field(field.id).type, version)
         blob = BLOB_KEY in field.metadata
-        if (blob and version == "2.2") or field.metadata.get(_EXTENSION_KEY) == b"lance.blob.v2":
+        if blob_v2.is_blob_v2(field.metadata):
+            _check_blob_v2(schema, field, version)
+            continue
+        if blob and version == "2.2":
             raise UnsupportedFeatureError(
-                f"field {field.name!r} is a blob column ('lance-encoding:blob' metadata or pylance's blob v2 "
-                f"type), which cannot be written to a {version} file here (2.0 and 2.1 files can hold "
-                "them); drop that metadata to store its values inline")
+                f"field {field.name!r} is a blob column ('lance-encoding:blob' metadata), which cannot be written "
+                "to a 2.2 file here (2.0 and 2.1 files can hold them; in 2.2 use pylance's blob v2 type, "
+                "lance.blob_field / lance.blob_array); drop that metadata to store its values inline")
         if blob and schema.arrow_field(field.id).type != pa.large_binary():
             raise UnsupportedFeatureError(
                 f"field {field.name!r}: 'lance-encoding:blob' on a {schema.arrow_field(field.id).type} field "
                 "(pylance stores blobs of large_binary values only)")
 
 
+def _check_blob_v2(schema: LanceSchema, field: file_pb2.Field, version: str) -> None:
+    """pylance's blob v2 columns: 2.2 files, top-level fields of its logical struct."""
+    if version != "2.2":
+        raise UnsupportedFeatureError(f"field {field.name!r}: blob v2 columns in a {version} file (pylance writes "
+                                      "them in 2.2 files only)")
+    if field.parent_id != -1:
+        raise UnsupportedFeatureError(f"field {field.name!r}: blob v2 columns inside other fields")
+    dtype = storage_type(schema.arrow_field(field.id).type)
+    names = [f.name for f in dtype] if pa.types.is_struct(dtype) else []
+    if names not in (["data", "uri"], ["data", "uri", "position", "size"]):
+        raise UnsupportedFeatureError(f"field {field.name!r}: a blob v2 column of type {dtype} (pylance's is "
+                                      "struct<data: large_binary, uri: string, position: uint64, size: uint64>)")
+    blob_v2.Thresholds.of(field.name, field.metadata)
+
+
 class LanceFileWriter:
     """Writes one Lance data file (format 2.0 with footer version 0.3, or 2.1 / 2.2) to ``sink``."""
 
     def __init__(self, sink: BinaryIO, schema: LanceSchema, *, max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES,
-                 version: str = "2.0") -> None:
-        """Prepare a file for ``schema``; raises ``UnsupportedFeatureError`` for unwritable types."""
+                 version: str = "2.0", blob_sidecars: blob_v2.SidecarWriter | None = None) -> None:
+        """Prepare a file for ``schema``; raises ``UnsupportedFeatureError`` for unwritable types.
+
+        ``blob_sidecars`` stores the blob v2 values too large to go inline (a dataset's writes give it)."""
+        self.blob_sidecars = blob_sidecars
         if max_page_bytes <= 0:
             raise InvalidInputError(f"max_page_bytes must be positive, got {max_page_bytes}")
         if version not in FILE_VERSIONS:
@@ -417,6 +459,10 @@ class LanceFileWriter:
         """The leaf columns below ``field`` (pre-order), each with its path from the top-level field."""
         dtype = path[-1][1]
         children = schema.children(field.id)
+        if blob_v2.is_blob_v2(field.metadata):  # one column of descriptions
+            column = _BlobV2Column(field.id, path, self, field.name, blob_v2.Thresholds.of(field.name, field.metadata))
+            self._columns.append(column)
+            return [column]
         if is_packed_struct(field):  # one column of all the children's values
             column = _LeafColumn(field.id, path, self)
             self._columns.append(column)
@@ -522,6 +568,8 @@ class LanceFileWriter:
             column.flush()  # 2.1+: the last pages of all columns are encoded in the background at once
         for column in self._columns:
             column.flush(final=True)
+        if self.blob_sidecars is not None:
+            self.blob_sidecars.close()
         descriptor = file_pb2.FileDescriptor(schema=self.schema.to_proto(), length=self._num_rows)
         global_buffers = [self._write_buffer([descriptor.SerializeToString()]), *self._extra_global_buffers]
         column_meta_start = self._position

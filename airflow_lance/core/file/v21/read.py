@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from airflow_lance.core._proto import file_pb2
 from airflow_lance.core.errors import LanceError, UnsupportedFeatureError
+from airflow_lance.core.file import blob_v2
 from airflow_lance.core.file.blob_bytes import gather_blobs
 from airflow_lance.core.file.v21 import pages as page_codec
 from airflow_lance.core.file.v21.blocks import Fixed, Variable, bitmap, take, to_arrow
@@ -78,10 +79,22 @@ class Assembler21:
     def field_chunks(self, field: file_pb2.Field, dtype: pa.DataType, rows: int) -> list[pa.Array]:
         """The values of a top-level field (``rows`` of them) as chunks."""
         extension = field.metadata.get("ARROW:extension:name", b"").decode(errors="replace")
+        if blob_v2.is_blob_v2(field.metadata):  # one column of descriptions; the bytes are found through them
+            column = self.mapping.get(field.id)
+            if column is None:
+                return [pa.nulls(rows, dtype)]
+            path = [(field, blob_v2.DESCRIPTION)]
+            if self._layers(field, column) == 2:  # pylance 4-7: the descriptions one struct level deeper
+                path.insert(0, (field, pa.struct([pa.field("description", blob_v2.DESCRIPTION)])))
+            decoded = self._decode_column(column, field, path, rows)
+            descriptions = pa.concat_arrays(decoded.leaves) if decoded.leaves else pa.array([], blob_v2.DESCRIPTION)
+            reader = self.reader
+            return [blob_v2.resolve(descriptions, reader._read_range, reader.file_size, reader.path,
+                                    reader.blob_sidecars, dtype)]
         if extension in OPAQUE_EXTENSIONS:  # other extension types read as their storage type
             raise UnsupportedFeatureError(
                 f"{self.reader.path}: field {field.name!r} has extension type {extension!r} (pylance's "
-                f"{'blob v2 columns' if extension == 'lance.blob.v2' else 'JSONB values'}) which is not supported")
+                "JSONB values) which is not supported")
         column = self.mapping.get(field.id)
         if column is not None and not self.schema.children(field.id):
             decoded = self._decode_column(column, field, [(field, dtype)], rows)
@@ -96,6 +109,15 @@ class Assembler21:
         return [array]
 
     # ------------------------------------------------------------------ decoding leaves
+
+    def _layers(self, field: file_pb2.Field, column: int) -> int:
+        """The number of rep/def layers of a column's first page (0 without pages)."""
+        pages = self.reader.column_metadata(column).pages
+        if not pages:
+            return 0
+        layout = page_codec.parse_layout(self._ctx(field, column, 0), pages[0].encoding)
+        body = getattr(layout, layout.WhichOneof("layout") or "", None)
+        return len(body.layers) if body is not None and hasattr(body, "layers") else 0
 
     def _ctx(self, field: file_pb2.Field, column: int | None = None, page: int | None = None) -> Ctx:
         where = f"field {field.name!r}"
