@@ -58,6 +58,7 @@ from airflow_lance.core.write import (
 )
 
 if TYPE_CHECKING:
+    from airflow_lance.core.blobs import BlobFile
     from airflow_lance.core.cleanup import CleanupStats
     from airflow_lance.core.merge_insert import MergeInsertBuilder
     from airflow_lance.core.scanner import LanceScanner
@@ -448,6 +449,15 @@ class LanceDataset:
         from airflow_lance.core.scanner import take_rows
 
         return take_rows(self, row_ids, columns, ignore_deletions=ignore_deletions)
+
+    def take_blobs(self, blob_column: str, ids: Sequence[int] | pa.Array | None = None,
+                   addresses: Sequence[int] | pa.Array | None = None,
+                   indices: Sequence[int] | pa.Array | None = None) -> list[BlobFile | None]:
+        """The values of a blob column at the rows selected by exactly one of ``ids``, ``addresses``
+        and ``indices``, as read-only binary files (None for nulls), as pylance's ``take_blobs``."""
+        from airflow_lance.core.blobs import take_blobs
+
+        return take_blobs(self, blob_column, ids=ids, addresses=addresses, indices=indices)
 
     # -- changing -------------------------------------------------------------
     def delete(self, predicate: str | pc.Expression, *, conflict_retries: int = 10) -> dict[str, int]:

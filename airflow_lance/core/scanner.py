@@ -481,6 +481,18 @@ def take_rows(
     return _gather(plan, fragments, which[found], offsets[found])
 
 
+def take_addresses(dataset: LanceDataset, addresses: Any,
+                   columns: Sequence[str] | Mapping[str, str] | None = None) -> pa.Table:
+    """The rows at row ``addresses`` (fragment id << 32 | offset), in request order; addresses of
+    deleted rows are dropped, as ``take_rows`` drops their ids."""
+    ids = _as_uint_indices(addresses, "addresses")
+    if ids.dtype.kind == "i" and ids.size and int(ids.min()) < 0:
+        raise NegativeIndexError(f"row addresses are unsigned: {int(ids.min())}")
+    fragments = dataset._fragments
+    which, offsets, found = _locate_addresses(dataset, fragments, ids.astype(np.uint64), False)
+    return _gather(_Plan(dataset, columns, None, False, False), fragments, which[found], offsets[found])
+
+
 def _locate_addresses(
     dataset: LanceDataset, fragments: Sequence[FragmentMetadata], ids: np.ndarray, ignore_deletions: bool
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

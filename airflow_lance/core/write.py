@@ -153,17 +153,13 @@ class _FragmentSink:
         self._sidecars = None
         if any(blob_v2.is_blob_v2(field.metadata) for field in self.schema.top_level()):
             self._sidecars = blob_v2.SidecarWriter(self.store, layout.data_file_path(self._name).removesuffix(".lance"))
-            self._stack.callback(self._drop_sidecars)  # (runs on abort; finish has closed them)
+            self._stack.callback(self._sidecars.abort)  # drops an open pack file on abort (finish closed it)
         if self.version == LEGACY_STORAGE_VERSION:
             self._writer = LegacyFileWriter(sink, self.schema, dictionaries=self.dictionaries,
                                             group_rows=min(self.group_rows, self.max_rows))
         else:
             self._writer = LanceFileWriter(sink, self.schema, version=self.version, blob_sidecars=self._sidecars)
         return self._writer
-
-    def _drop_sidecars(self) -> None:
-        if self._sidecars is not None:
-            self._sidecars.abort()
 
     def _close(self) -> None:
         writer, stack = self._writer, self._stack

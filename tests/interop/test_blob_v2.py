@@ -221,3 +221,31 @@ def test_a_missing_sidecar_is_a_typed_error(tmp_path):
         ours.dataset(uri).to_table()
     assert ours.dataset(uri).to_table(columns=["id"]).num_rows == 30  # other columns read as before
     assert np.array_equal(ours.dataset(uri).to_table(columns=["id"]).column("id").to_numpy(), np.arange(30))
+
+
+def test_take_blobs_gives_files_as_pylance(tmp_path):
+    """``take_blobs`` by indices, row ids and addresses: the same bytes as pylance's, read whole, in
+    pieces and by ranges; None for nulls; external references read from the referenced range."""
+    uri = str(tmp_path / "theirs")
+    external, external_bytes = _external(tmp_path)
+    pylance.write_dataset(_table(0, 60, external), uri, max_rows_per_file=25, allow_external_blob_outside_bases=True)
+    pylance.dataset(uri).delete("id % 7 = 0")
+    theirs, mine = pylance.dataset(uri), ours.dataset(uri)
+    indices = [0, 1, 2, 3, 10, 40, 50]  # ids 1, 2 (external), 3, 4 (null), ...: every kind
+    expected = [None if b is None else b.read() for b in theirs.take_blobs("img", indices=indices)]
+    files = mine.take_blobs("img", indices=indices)
+    assert [None if f is None else f.read() for f in files] == expected
+    assert expected[0] == external_bytes and expected[1] == external_bytes[5:15] and expected[3] is None
+    big = next(f for f in mine.take_blobs("img", indices=indices) if f is not None and f.size() > 3000)
+    assert big.read(100) + big.read() == big.read_range(0, big.size()) and big.tell() == big.size()
+    big.seek(-10, 2)
+    assert big.read() == big.read_range(big.size() - 10, 10) and big.read_ranges([(0, 3), (5, 2)])[1] == \
+        big.read_range(5, 2)
+    addresses = theirs.to_table(columns=[], with_row_address=True).column("_rowaddr").to_pylist()
+    picked = [addresses[i] for i in indices]
+    assert [None if f is None else f.read() for f in mine.take_blobs("img", addresses=picked)] == expected
+    assert [None if f is None else f.read() for f in mine.take_blobs("img", ids=picked)] == expected
+    with pytest.raises(ours.InvalidInputError, match="exactly one"):
+        mine.take_blobs("img", ids=[0], indices=[0])
+    with pytest.raises(ours.InvalidInputError, match="not a blob column"):
+        mine.take_blobs("id", indices=[0])
