@@ -27,6 +27,7 @@ from airflow_lance.core.errors import (
     SchemaMismatchError,
 )
 from airflow_lance.core.fragment import FragmentMetadata
+from airflow_lance.core.indices.metadata import UNTOUCHED_BY_REWRITE
 from airflow_lance.core.manifest import ManifestFile, data_storage_version, file_storage_version, next_fragment_id
 from airflow_lance.core.schema import LanceSchema
 from airflow_lance.core.transaction import LanceOperation
@@ -37,7 +38,7 @@ from airflow_lance.core.write import DEFAULT_STORAGE_VERSION as DEFAULT_DATA_STO
 WRITER_LIBRARY = layout.WRITER_LIBRARY
 #: Index types holding stable row ids (not addresses) on datasets with stable row ids (pylance 14).
 _ROW_ID_TYPES = ("/lance.table.BitmapIndexDetails", "/lance.table.LabelListIndexDetails",
-                 "/lance.index.pb.VectorIndexDetails")
+                 "/lance.table.NGramIndexDetails", "/lance.index.pb.VectorIndexDetails")
 
 
 @dataclasses.dataclass
@@ -286,6 +287,7 @@ def _apply_rewrite(op: LanceOperation.Rewrite, base: ManifestFile | None, ctx: A
     assert base is not None
     position = {f.id: i for i, f in enumerate(manifest.fragments)}
     fragments: list[table_pb2.DataFragment | None] = list(manifest.fragments)
+    added: list[table_pb2.DataFragment] = []
     replaced: list[tuple[set[int], list[int]]] = []
     next_id = next_fragment_id(base.manifest)
     for group in op.groups:
@@ -308,21 +310,21 @@ def _apply_rewrite(op: LanceOperation.Rewrite, base: ManifestFile | None, ctx: A
                 pb.id = next_id
                 next_id += 1
             new_pbs.append(pb)
-        first = min(position[i] for i in old_ids)
         for i in old_ids:
             fragments[position[i]] = None
-        fragments[first] = new_pbs  # type: ignore[call-overload]
+        added.extend(new_pbs)
         replaced.append((set(old_ids), [pb.id for pb in new_pbs]))
+    # As pylance 14: the fragments kept, in their order, then the new ones, group by group (Lance
+    # releases of 2025 put a contiguous group's new fragments in its place).
     del manifest.fragments[:]
-    for item in fragments:
-        if isinstance(item, list):
-            manifest.fragments.extend(item)
-        elif item is not None:
-            manifest.fragments.append(item)
+    manifest.fragments.extend(f for f in fragments if f is not None)
+    manifest.fragments.extend(added)
     remapped = {i.old_id: i for i in op.rewritten_indices}
     stable = _has_stable_row_ids(base.manifest)
 
     def edit(index: table_pb2.IndexMetadata, bitmap: pyroaring.BitMap) -> pyroaring.BitMap:
+        if index.index_details.type_url in UNTOUCHED_BY_REWRITE and not stable:
+            return bitmap  # as pylance 14, which (only) with stable row ids drops the rewritten fragments
         remap = remapped.get(str(uuid_lib.UUID(bytes=index.uuid.uuid))) if index.uuid.uuid else None
         if remap is not None:
             index.uuid.uuid = uuid_lib.UUID(remap.new_id).bytes

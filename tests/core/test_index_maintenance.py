@@ -145,14 +145,65 @@ def test_an_index_we_cannot_remap_keeps_its_fragments(tmp_path):
     uri = str(tmp_path / "d")
     for i in range(3):
         lance.write_dataset(_chunk(i * 100, 100), uri, mode="append" if i else "create")
-    pylance.dataset(uri).create_scalar_index("s", "NGRAM")
+    pylance.dataset(uri).create_scalar_index("s", "INVERTED")  # full text: not remapped here
     lance.write_dataset(_chunk(300, 100), uri, mode="append")
     lance.write_dataset(_chunk(400, 100), uri, mode="append")
     metrics = lance.dataset(uri).optimize.compact_files()
     assert (metrics.fragments_skipped_indexed, metrics.fragments_removed, metrics.versions_created) == (3, 2, 1)
     ds = pylance.dataset(uri)
     assert [sorted(i["fragment_ids"]) for i in ds.list_indices()] == [[0, 1, 2]]
-    assert ds.to_table(filter="contains(s, 'v3')").num_rows == 100
+    assert ds.to_table(full_text_query="v3").num_rows == 100
+
+
+def _ngram_postings(uri: str) -> dict[int, list[int]]:
+    """token -> row addresses (or stable row ids) of the dataset's NGRAM index."""
+    import pyroaring
+
+    index = next(i for i in lance.dataset(uri).list_indices() if i["type"] == "NGram")
+    path = os.path.join(uri, "_indices", index["uuid"], "ngram_postings.lance")
+    table = LanceFileReader(pa.OSFile(path), path=path).read()
+    return {token: sorted(pyroaring.BitMap64.deserialize(data)) for token, data in
+            zip(table.column("tokens").to_pylist(), table.column("posting_list").to_pylist())}
+
+
+@pytest.mark.parametrize("stable", [False, True])
+def test_compaction_remaps_ngram_and_leaves_zone_indices_as_pylance(tmp_path, stable):
+    """NGRAM posting lists are remapped as pylance 14 remaps them (addresses; stable row ids stay),
+    ZONEMAP and BLOOMFILTER files are left as they are, their fragment bitmaps as pylance leaves them
+    (kept; with stable row ids without the rewritten fragments). Before, any of these indices kept
+    compaction off the fragments it covered."""
+    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
+
+    def chunk(start: int, n: int) -> pa.Table:
+        table = _chunk(start, n)
+        return table.append_column("text", pa.array([f"value{i % 5} item{i % 7}" for i in range(start, start + n)]))
+
+    for i in range(3):
+        lance.write_dataset(chunk(i * 400, 400), ours, mode="append" if i else "create", enable_stable_row_ids=stable)
+    ds = pylance.dataset(ours)
+    ds.create_scalar_index("text", "NGRAM")
+    ds.create_scalar_index("id", "ZONEMAP")
+    ds.create_scalar_index("k", "BLOOMFILTER")
+    lance.dataset(ours).delete("id % 3 = 0")
+    lance.write_dataset(chunk(1200, 100), ours, mode="append")  # not indexed
+    shutil.copytree(ours, theirs)
+    metrics = lance.dataset(ours).optimize.compact_files(target_rows_per_fragment=100_000)
+    pylance.dataset(theirs).optimize.compact_files(target_rows_per_fragment=100_000)
+    assert metrics.fragments_skipped_indexed == 0 and metrics.fragments_removed == 3  # the indexed ones, together
+    assert [f.fragment_id for f in pylance.dataset(ours).get_fragments()] == \
+        [f.fragment_id for f in pylance.dataset(theirs).get_fragments()]
+    shape = [[(i["name"], i["type"], sorted(i["fragment_ids"])) for i in pylance.dataset(uri).list_indices()]
+             for uri in (ours, theirs)]
+    assert shape[0] == shape[1]
+    assert _ngram_postings(ours) == _ngram_postings(theirs)
+    uuids = [sorted(i["uuid"] for i in lance.dataset(uri).list_indices() if i["type"] != "NGram")
+             for uri in (ours, theirs)]
+    assert uuids[0] == uuids[1]  # zone indices untouched: the same files
+    ds = pylance.dataset(ours)
+    for query in ("contains(text, 'value3')", "contains(text, 'item6')", "id > 700", "k = 3"):
+        assert ds.to_table(filter=query).sort_by("id").equals(
+            ds.to_table(filter=query, use_scalar_index=False).sort_by("id")), query
+    assert "ScalarIndexQuery" in ds.scanner(filter="contains(text, 'value3')").explain_plan()
 
 
 @pytest.mark.parametrize("stable", [False, True])

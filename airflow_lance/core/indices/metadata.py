@@ -27,6 +27,7 @@ TYPE_NAMES = {
     "/lance.table.NGramIndexDetails": "NGram",
     "/lance.table.ZoneMapIndexDetails": "ZoneMap",
     "/lance.table.BloomFilterIndexDetails": "BloomFilter",
+    "/lance.index.pb.BloomFilterIndexDetails": "BloomFilter",
     "/lance.table.VectorIndexDetails": "Vector",
     "/lance.index.pb.VectorIndexDetails": "Vector",
     "/lance.table.FragmentReuseIndexDetails": "FragmentReuse",
@@ -34,6 +35,12 @@ TYPE_NAMES = {
 }
 
 VECTOR_DETAILS_URL = "/lance.index.pb.VectorIndexDetails"
+
+#: Index types compaction leaves as they are, as pylance 14 does: per-zone summaries of fragments
+#: (ZONEMAP, BLOOMFILTER) that a rewrite makes stale, never wrong. Their fragment bitmap stays too,
+#: except with stable row ids, where the rewritten fragments leave it (pylance 14 again).
+UNTOUCHED_BY_REWRITE = ("/lance.table.ZoneMapIndexDetails", "/lance.index.pb.BloomFilterIndexDetails",
+                        "/lance.table.BloomFilterIndexDetails")
 
 #: System indices pylance keeps out of ``list_indices``/``describe_indices``.
 SYSTEM_INDEX_NAMES = frozenset({"__lance_frag_reuse", "__lance_mem_wal"})

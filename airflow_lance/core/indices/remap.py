@@ -36,26 +36,31 @@ from airflow_lance.core.deletion import keep_mask, read_deletion_vector
 from airflow_lance.core.errors import CorruptFileError
 from airflow_lance.core.file import LanceFileReader
 from airflow_lance.core.fragment import FragmentMetadata
-from airflow_lance.core.indices import bitmap, btree, ivf, label_list, vector_remap
+from airflow_lance.core.indices import bitmap, btree, ivf, label_list, ngram, vector_remap
 from airflow_lance.core.indices.files import IndexFileData, write_index_file
-from airflow_lance.core.indices.metadata import index_uuid
+from airflow_lance.core.indices.metadata import UNTOUCHED_BY_REWRITE, index_uuid
 from airflow_lance.core.storage import ObjectStore
 
 #: Index types whose files this module can remap (``index_details`` type URL).
-REMAPPABLE = (btree.TYPE_URL, bitmap.TYPE_URL, label_list.TYPE_URL)
+REMAPPABLE = (btree.TYPE_URL, bitmap.TYPE_URL, label_list.TYPE_URL, ngram.TYPE_URL)
+UNTOUCHED = UNTOUCHED_BY_REWRITE
 #: Index types that hold stable row ids (not addresses) on datasets with stable row ids.
-ROW_ID_TYPES = (bitmap.TYPE_URL, label_list.TYPE_URL, ivf.TYPE_URL)
+ROW_ID_TYPES = (bitmap.TYPE_URL, label_list.TYPE_URL, ngram.TYPE_URL, ivf.TYPE_URL)
 
 
 def can_remap(index: table_pb2.IndexMetadata) -> bool:
+    """Whether compaction may rewrite fragments ``index`` covers (remapping it, or leaving it alone)."""
     if not index.fragment_bitmap:
         return False
-    return index.index_details.type_url in REMAPPABLE or vector_remap.can_remap(index)
+    kind = index.index_details.type_url
+    return kind in REMAPPABLE or kind in UNTOUCHED or vector_remap.can_remap(index)
 
 
 def needs_remap(index: table_pb2.IndexMetadata, stable_row_ids: bool) -> bool:
-    """Whether compaction must rewrite the index (else only its fragment bitmap moves)."""
-    return not (stable_row_ids and index.index_details.type_url in ROW_ID_TYPES)
+    """Whether compaction must rewrite the index (else only its fragment bitmap moves, or, for
+    ``UNTOUCHED`` types, nothing)."""
+    kind = index.index_details.type_url
+    return kind not in UNTOUCHED and not (stable_row_ids and kind in ROW_ID_TYPES)
 
 
 @dataclasses.dataclass
@@ -146,6 +151,8 @@ def remap_files(store: ObjectStore, index: table_pb2.IndexMetadata, mapping: Add
     kind = index.index_details.type_url
     if kind == ivf.TYPE_URL:
         return vector_remap.remap_files(store, index, mapping)
+    if kind == ngram.TYPE_URL:
+        return ngram.remap(_read(store, index, ngram.POSTINGS_NAME), mapping.apply)
     if kind == btree.TYPE_URL:
         lookup = _read(store, index, btree.LOOKUP_NAME)
         batch_size = int(dict(lookup.schema.metadata).get("batch_size", btree.BATCH_SIZE))
