@@ -1,18 +1,19 @@
-"""Remapping IVF_FLAT and IVF_PQ indices when compaction moves rows, as pylance 14 does.
+"""Remapping IVF_FLAT, IVF_PQ and IVF_SQ indices when compaction moves rows, as pylance 14 does.
 
 pylance 14 (without ``defer_index_remap``) writes the remapped index under a new uuid with the
 same two files: ``index.idx`` unchanged (centroids, k-means loss, metadata), and
 ``auxiliary.idx`` with every partition's rows filtered (rows deleted before the compaction
 leave) and their ``_rowid`` mapped old -> new, in the old order; the ``IVF`` buffer gets the
 new partition offsets and lengths, the PQ codebook and the schema metadata are kept (PQ codes
-are re-transposed per partition, 4-bit ones as packed bytes, see :mod:`.pq`). Details and
-``index_version`` stay.
+are re-transposed per partition, 4-bit ones as packed bytes, see :mod:`.pq`; SQ codes are rows
+like the others). Details and ``index_version`` stay.
 
 On datasets with stable row ids the vector index holds stable row ids, which compaction keeps:
 pylance 14 leaves the index files (and uuid) alone and only moves its fragment bitmap.
 
-Only indices whose details are IVF_FLAT/IVF_PQ with nothing else (no HNSW, SQ, RQ: unknown
-fields), ``index_version`` 1 and exactly these two files are remapped here.
+Only indices whose details are IVF_FLAT/IVF_PQ, or SQ alone (not HNSW, whose graphs of partition
+positions would need rebuilding, nor RaBitQ, whose codes are laid out in blocks of their own),
+``index_version`` 1 and exactly these two files are remapped here.
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from google.protobuf.unknown_fields import UnknownFieldSet
 
 from airflow_lance.core._proto import index_pb2, table_pb2
-from airflow_lance.core.bases import index_file_location
 from airflow_lance.core.arrays import empty_table
+from airflow_lance.core.bases import index_file_location
 from airflow_lance.core.errors import CorruptFileError
 from airflow_lance.core.file import LanceFileReader
 from airflow_lance.core.indices import ivf, pq
@@ -39,8 +41,14 @@ if TYPE_CHECKING:
 FILES = frozenset((ivf.INDEX_NAME, ivf.AUXILIARY_NAME))
 
 
+#: The ``VectorIndexDetails`` field of the scalar quantizer, which this proto does not declare
+#: (pylance 14; HNSW is field 3, RaBitQ field 6: not remapped here).
+SQ_FIELD = 5
+
+
 def can_remap(index: table_pb2.IndexMetadata) -> bool:
-    """Whether ``index`` is an IVF_FLAT/IVF_PQ index in the layout this package reads and writes."""
+    """Whether ``index`` is an IVF_FLAT, IVF_PQ or IVF_SQ index (files as pylance 14 writes them),
+    whose partitions' rows this module remaps."""
     if index.index_details.type_url != ivf.TYPE_URL or index.index_version != ivf.INDEX_VERSION:
         return False
     if {f.path for f in index.files} != FILES:
@@ -50,12 +58,10 @@ def can_remap(index: table_pb2.IndexMetadata) -> bool:
         details.ParseFromString(index.index_details.value)
     except Exception:  # protobuf's DecodeError: not ours to touch
         return False
-    if details.WhichOneof("compression") not in ("flat", "pq"):
-        return False
-    known = index_pb2.VectorIndexDetails()
-    known.CopyFrom(details)
-    known.DiscardUnknownFields()  # HNSW / SQ / RQ settings are fields this proto does not know
-    return known.ByteSize() == len(index.index_details.value)
+    unknown = {field.field_number for field in UnknownFieldSet(details)}
+    if details.WhichOneof("compression") in ("flat", "pq"):
+        return not unknown
+    return unknown == {SQ_FIELD}
 
 
 def _reader(store: ObjectStore, index: table_pb2.IndexMetadata, name: str) -> LanceFileReader:
@@ -96,7 +102,7 @@ def remap_files(store: ObjectStore, index: table_pb2.IndexMetadata, mapping: Add
     message.ParseFromString(buffers[ivf_at - 1])
     lengths = np.asarray(message.lengths, np.int64)
     if int(lengths.sum()) != table.num_rows:
-        raise CorruptFileError(f"{uuid}/{ivf.AUXILIARY_NAME}",
+        raise CorruptFileError(f"{index_uuid(index)}/{ivf.AUXILIARY_NAME}",
                                f"partitions hold {int(lengths.sum())} rows, the file {table.num_rows}")
     partition = np.repeat(np.arange(lengths.size), lengths)
     keep, ids = mapping.apply(table.column("_rowid").to_numpy())
