@@ -32,17 +32,19 @@ Normalisations, identical to pylance 14 (verified against it):
   nullable, without metadata, whatever name/nullability/metadata it had;
 * dictionaries come back unordered (``dict:...:false``);
 * ``string_view``/``binary_view`` are stored as ``string``/``binary``;
-* the read-only alias ``json`` reads as ``large_binary``.
+* JSON (``arrow.json``) is stored as pylance stores it: logical type ``json``, ``lance.json``
+  metadata, JSONB bytes (``core/jsonb.py``); a ``json`` field without that metadata reads as
+  ``large_binary``.
 
 Maps are stored as pylance 14 stores them (logical type ``map``, a non-null ``entries`` struct of a
 non-null key and a value; 2.2 files only). Extension types are stored as their storage type with
 the ``ARROW:extension:name``/``ARROW:extension:metadata`` field metadata, as pylance stores them,
 and read back as the extension type pyarrow knows by that name (else as the storage type with
-that metadata, as Arrow IPC does); ``lance.blob.v2`` and ``lance.json``, whose values Lance
-transforms, keep their storage type and are refused by the readers and writers.
+that metadata, as Arrow IPC does); ``lance.blob.v2``, whose values Lance stores elsewhere, keeps
+its storage type (``core/file/blob_v2.py``).
 
 Unsupported (``UnsupportedFeatureError`` naming the field): maps with sorted keys, union,
-list_view, run-end encoded, decimal32/64, ``arrow.json``, fixed-size lists of
+list_view, run-end encoded, decimal32/64, fixed-size lists of
 variable-size lists. pylance rejects all of these for 2.0 datasets as well.
 Top-level names containing ``.`` and duplicate sibling names are rejected with
 ``InvalidInputError`` (pylance does the same).
@@ -156,9 +158,11 @@ def arrow_type_of(logical: str) -> pa.DataType:
 
 _EXTENSION_NAME, _EXTENSION_METADATA = "ARROW:extension:name", "ARROW:extension:metadata"
 _EXTENSION_KEYS = (_EXTENSION_NAME, _EXTENSION_METADATA)
-#: Extension types whose stored values Lance transforms (blob v2: descriptors and sidecar files;
-#: JSON: JSONB bytes): fields of them keep their storage type here, and readers refuse them.
-OPAQUE_EXTENSIONS = ("lance.blob.v2", "lance.json")
+#: Extension types whose stored values Lance transforms (blob v2: descriptors and sidecar files):
+#: fields of them keep their storage type here (JSON, stored as JSONB, reads as ``arrow.json``).
+OPAQUE_EXTENSIONS = ("lance.blob.v2",)
+#: ``ARROW:extension:name`` of JSON fields as pylance stores them (logical type ``json``, JSONB bytes).
+JSON_EXTENSION = b"lance.json"
 
 
 def _extension_type(storage: pa.DataType, metadata: Mapping[str, bytes]) -> pa.DataType | None:
@@ -180,9 +184,10 @@ def _extension_type(storage: pa.DataType, metadata: Mapping[str, bytes]) -> pa.D
 def _extension_metadata(dtype: pa.BaseExtensionType, path: str) -> dict[str, bytes]:
     """``ARROW:extension:*`` field metadata for an extension type, as Arrow IPC writes it."""
     name = dtype.extension_name
-    if name in ("lance.json", "arrow.json"):
-        raise UnsupportedFeatureError(f"field {path!r}: extension type {name} (pylance stores its values "
-                                      "transformed) is not supported")
+    if name == "arrow.json":  # stored as pylance stores it: JSONB (core/jsonb.py)
+        return {_EXTENSION_NAME: JSON_EXTENSION, _EXTENSION_METADATA: b""}
+    if name == "lance.json":
+        raise UnsupportedFeatureError(f"field {path!r}: extension type lance.json (write JSON text as arrow.json)")
     if hasattr(dtype, "__arrow_ext_serialize__"):  # defined in Python (pa.ExtensionType)
         serialized = dtype.__arrow_ext_serialize__()
     elif name in ("arrow.uuid", "arrow.bool8"):
@@ -206,6 +211,8 @@ def storage_type(dtype: pa.DataType) -> pa.DataType:
     """``dtype`` with every extension type replaced by its storage type, at any depth (what the
     data files store)."""
     if isinstance(dtype, pa.BaseExtensionType):
+        if dtype.extension_name == "arrow.json":  # JSONB (core/jsonb.py)
+            return pa.large_binary()
         return storage_type(dtype.storage_type)
     if pa.types.is_struct(dtype):
         return pa.struct([f.with_type(storage_type(f.type)) for f in dtype])
@@ -372,6 +379,9 @@ class LanceSchema:
             except (ValueError, KeyError, TypeError, pa.ArrowException) as exc:
                 raise InvalidInputError(f"field {f.name!r}: malformed logical type {logical!r}") from exc
         metadata = dict(f.metadata)
+        if logical == "json" and metadata.get(_EXTENSION_NAME) == JSON_EXTENSION:  # JSONB read as JSON text
+            return pa.field(f.name, pa.json_(), f.nullable,
+                            metadata={k: v for k, v in metadata.items() if k not in _EXTENSION_KEYS} or None)
         extension = _extension_type(dtype, metadata)
         if extension is not None:
             dtype = extension
@@ -495,6 +505,10 @@ def _add_arrow_field(out: list[file_pb2.Field], field: pa.Field, parent_id: int,
     children: list[pa.Field] = []
     if isinstance(dtype, pa.BaseExtensionType):
         f.metadata.update(_extension_metadata(dtype, path))
+        if dtype.extension_name == "arrow.json":
+            f.logical_type = "json"
+            f.encoding = _legacy_encoding(pa.large_binary())
+            return
         dtype = dtype.storage_type
         f.encoding = _legacy_encoding(dtype)
     if pa.types.is_struct(dtype):

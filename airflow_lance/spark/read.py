@@ -66,6 +66,8 @@ class ReadTask:
 def spark_arrow_type(dtype: pa.DataType) -> pa.DataType:
     """The Arrow type through which a column of ``dtype`` reaches Spark (see the module docstring)."""
     t = pa.types
+    if isinstance(dtype, pa.BaseExtensionType):  # JSON as its text, others as their storage
+        return spark_arrow_type(dtype.storage_type)
     if t.is_dictionary(dtype):
         return spark_arrow_type(dtype.value_type)
     if t.is_uint8(dtype):

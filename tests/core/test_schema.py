@@ -202,7 +202,6 @@ def test_from_fields_unknown_logical_type():
     pa.decimal32(5, 2),
     pa.list_(pa.list_(pa.int8()), 2),
     pa.run_end_encoded(pa.int32(), pa.int8()),
-    pa.json_(),  # pylance stores JSONB (lance.json); other extension types are stored as their storage
 ])
 def test_unsupported_types_name_the_field(dtype):
     with pytest.raises(UnsupportedFeatureError, match="deep"):

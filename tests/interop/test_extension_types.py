@@ -110,20 +110,6 @@ def test_an_extension_type_pyarrow_does_not_know_reads_as_its_storage(tmp_path):
     assert read.equals(pa.concat_tables([table, table.slice(0, 2)]))
 
 
-def test_json_columns_are_refused(tmp_path):
-    """pylance stores ``arrow.json`` values as JSONB (``lance.json``), which we neither decode nor
-    encode: reading that column, and writing JSON, are refused; the other columns read."""
-    uri = str(tmp_path / "json")
-    table = pa.table({"id": [1, 2], "doc": pa.array(['{"a": 1}', None], pa.json_())})
-    pylance.write_dataset(table, uri)
-    with pytest.raises(ours.UnsupportedFeatureError, match="lance.json"):
-        ours.dataset(uri).to_table()
-    assert ours.dataset(uri).to_table(columns=["id"])["id"].to_pylist() == [1, 2]
-    with pytest.raises(ours.UnsupportedFeatureError, match="arrow.json"):
-        ours.write_dataset(table, str(tmp_path / "new"))
-    assert not os.path.exists(str(tmp_path / "new"))
-
-
 def test_legacy_files_refuse_extension_types(tmp_path):
     """As pylance's legacy writer does."""
     with pytest.raises(ours.UnsupportedFeatureError, match="uuid"):

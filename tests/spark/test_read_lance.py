@@ -144,8 +144,11 @@ def spark_reads(tmp_path_factory: pytest.TempPathFactory) -> tuple[pathlib.Path,
     uris["blobs"] = str(work / "blobs.lance")  # pylance 14's blob v2: inline, packed and dedicated values
     field = pylance.blob_field("img", inline_size_threshold=64, dedicated_size_threshold=3000)
     payloads = [None if i % 9 == 4 else bytes([i % 251]) * ((i * 397) % 5000) for i in range(120)]
-    pylance.write_dataset(pa.table({"id": pa.array(range(120), pa.int64()), "img": pylance.blob_array(payloads)},
-                                   schema=pa.schema([pa.field("id", pa.int64()), field])),
+    documents = pa.array([None if i % 7 == 2 else f'{{"n": {i}, "tags": ["t{i % 3}"]}}' for i in range(120)],
+                         pa.json_())  # JSON: pylance stores JSONB, Spark gets the text
+    pylance.write_dataset(pa.table({"id": pa.array(range(120), pa.int64()), "img": pylance.blob_array(payloads),
+                                    "doc": documents},
+                                   schema=pa.schema([pa.field("id", pa.int64()), field, pa.field("doc", pa.json_())])),
                           uris["blobs"], max_rows_per_file=50)
     cases.update({"full@blobs": {"uri": uris["blobs"]},
                   "split@blobs": {"uri": uris["blobs"], "filter": "id % 2 = 0", "rows_per_partition": 20}})
@@ -195,9 +198,10 @@ def test_read_lance_of_a_shallow_clone_equals_pylance(spark_reads, case: str) ->
 
 
 @pytest.mark.parametrize("case", ["full", "split"])
-def test_read_lance_of_blob_v2_columns(spark_reads, case: str) -> None:
+def test_read_lance_of_blob_v2_and_json_columns(spark_reads, case: str) -> None:
     """Blob v2 values reach Spark as the logical struct: the bytes (read by executors from the data
-    files and their sidecars) in ``data``, as pylance's ``take_blobs`` gives them."""
+    files and their sidecars) in ``data``, as pylance's ``take_blobs`` gives them; JSON values (stored
+    as JSONB) as the text pylance reads."""
     out, uris, _ = spark_reads
     got, _ = _spark_result(out, f"{case}@blobs")
     ds = pylance.dataset(uris["blobs"])
@@ -206,6 +210,11 @@ def test_read_lance_of_blob_v2_columns(spark_reads, case: str) -> None:
     rows = {r["id"]: r["img"] and r["img"]["data"] for r in got.to_pylist()}
     assert rows == {i: b for i, b in expected.items() if case == "full" or i % 2 == 0}
     assert any(b and len(b) > 3000 for b in rows.values()) and any(b and 64 < len(b) <= 3000 for b in rows.values())
+    table = ds.to_table(columns=["id", "doc"])
+    documents = dict(zip(table.column("id").to_pylist(), table.column("doc").to_pylist()))
+    assert {r["id"]: r["doc"] for r in got.to_pylist()} == {i: d for i, d in documents.items()
+                                                           if case == "full" or i % 2 == 0}
+    assert documents[0] == '{"n":0,"tags":["t0"]}' and documents[2] is None
 
 
 def test_unsigned_columns_reach_spark_exactly(spark_reads) -> None:

@@ -37,7 +37,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_lance.core.arrays import sorted_unique
-from airflow_lance.core.errors import CorruptFileError, DataFileNotFoundError, InvalidInputError
+from airflow_lance.core.errors import (
+    CorruptFileError,
+    DataFileNotFoundError,
+    InvalidInputError,
+    UnsupportedFeatureError,
+)
 from airflow_lance.core.file.blob_bytes import gather_ranges
 from airflow_lance.core.file.v21.util import exclusive_cumsum, take_ranges
 
@@ -135,10 +140,10 @@ def resolve(descriptions: pa.StructArray, read_inline: Callable[[int, int], Any]
                                          None, f"{path} blob {name}", position[rows], size[rows]))
                 continue
             data = np.frombuffer(read_sidecar(name, 0, None), dtype=np.uint8)
-            if len(rows) != 1 or len(data) != int(size[rows[0]]):
-                raise CorruptFileError(path, f"dedicated blob {name} has {len(data)} bytes for "
-                                       f"{len(rows)} value(s) of {size[rows].tolist()} bytes")
-            add(rows, data, np.array([0, len(data)]))
+            if bool(np.any(size[rows] != len(data))):
+                raise CorruptFileError(path, f"dedicated blob {name} has {len(data)} bytes, its description "
+                                       f"says {int(size[rows][0])}")
+            add(rows, np.tile(data, len(rows)), np.arange(len(rows) + 1, dtype=np.int64) * len(data))
     order = np.concatenate([r for r, _ in groups]) if groups else np.zeros(0, np.int64)
     where = np.full(n, -1, dtype=np.int64)
     where[order] = np.arange(len(order))
@@ -146,7 +151,7 @@ def resolve(descriptions: pa.StructArray, read_inline: Callable[[int, int], Any]
     data = combined.take(pa.array(where, mask=where < 0))
     external = valid & (kind == EXTERNAL)
     if bool(np.any(external & (blob_id != 0))):
-        raise CorruptFileError(path, "external blobs relative to a registered base are not supported")
+        raise UnsupportedFeatureError(f"{path}: external blobs relative to a registered base are not supported")
     uri = pc.if_else(pa.array(external), descriptions.field("blob_uri").cast(pa.string()),
                      pa.scalar(None, pa.string()))
     ranged = external & (size > 0)

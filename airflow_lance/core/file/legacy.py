@@ -41,11 +41,12 @@ import numpy as np
 import pyarrow as pa
 from google.protobuf.message import DecodeError
 
+from airflow_lance.core import jsonb
 from airflow_lance.core._proto import file_pb2, table_pb2
 from airflow_lance.core.errors import CorruptFileError, InvalidInputError, UnsupportedFeatureError
 from airflow_lance.core.file.v21.blocks import Fixed, Variable, to_arrow
 from airflow_lance.core.file.v21.util import Ctx, exclusive_cumsum, take_ranges
-from airflow_lance.core.schema import LanceSchema
+from airflow_lance.core.schema import LanceSchema, storage_type
 
 _LEGACY_FOOTER = struct.Struct("<QHH4s")
 #: Ranges closer than this are fetched with one request.
@@ -167,7 +168,10 @@ class LegacyFile:
             if self.schema._by_id.get(top.id) is None:
                 arrays.append(pa.nulls(self.num_rows, arrow_field.type))
                 continue
-            array = self._read_field(schema, top, arrow_field.type, None)
+            array = self._read_field(schema, top, storage_type(arrow_field.type), None)
+            if array.type != arrow_field.type:  # extension types from their storage, JSONB as JSON text
+                array = jsonb.from_storage(array, arrow_field.type) if jsonb.contains_json(arrow_field.type) \
+                    else array.cast(arrow_field.type)
             if len(array) != self.num_rows:
                 raise CorruptFileError(self.path, f"field {top.name!r} has {len(array)} rows, expected "
                                                   f"{self.num_rows}")

@@ -48,6 +48,7 @@ from google.protobuf.message import DecodeError
 from airflow_lance.core._proto import encodings_v2_1_pb2, file2_pb2, file_pb2
 from airflow_lance.core._proto.encodings_v2_0_pb2 import ArrayEncoding
 from airflow_lance.core.errors import CorruptFileError, InvalidInputError, LanceError, UnsupportedFeatureError
+from airflow_lance.core import jsonb
 from airflow_lance.core.file import decode
 from airflow_lance.core.file.blob_bytes import gather_blobs
 from airflow_lance.core.file.blob_v2 import SidecarReader
@@ -599,8 +600,13 @@ class _Assembler:
 
 
 def _as_type(column: pa.ChunkedArray, dtype: pa.DataType) -> pa.ChunkedArray:
-    """A column decoded in its storage type as the field's type (extension types at any depth)."""
-    return column if column.type == dtype else column.cast(dtype)
+    """A column decoded in its storage type as the field's type (extension types at any depth;
+    JSONB as JSON text)."""
+    if column.type == dtype:
+        return column
+    if jsonb.contains_json(dtype):
+        return jsonb.from_storage(column, dtype)
+    return column.cast(dtype)
 
 
 def _is_leaf20(dtype: pa.DataType) -> bool:

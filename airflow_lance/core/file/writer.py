@@ -49,6 +49,7 @@ from typing import BinaryIO
 import numpy as np
 import pyarrow as pa
 
+from airflow_lance.core import jsonb
 from airflow_lance.core._proto import file2_pb2, file_pb2
 from airflow_lance.core.errors import InvalidInputError, UnsupportedFeatureError
 from airflow_lance.core.file import blob_v2, encode
@@ -418,6 +419,16 @@ def _check_blob_v2(schema: LanceSchema, field: file_pb2.Field, version: str) -> 
     blob_v2.Thresholds.of(field.name, field.metadata)
 
 
+def to_storage(batch: pa.RecordBatch | pa.Table, stored: pa.Schema) -> pa.RecordBatch | pa.Table:
+    """``batch`` with its columns as the types the files store (``stored``: the storage schema)."""
+    columns = [jsonb.to_storage(column, field.type, own.type) for column, field, own
+               in zip(batch.columns, stored, batch.schema)]
+    columns = [c if c.type == f.type else c.cast(f.type) for c, f in zip(columns, stored)]
+    if isinstance(batch, pa.Table):
+        return pa.Table.from_arrays(columns, schema=stored)
+    return pa.RecordBatch.from_arrays(columns, schema=stored)
+
+
 class LanceFileWriter:
     """Writes one Lance data file (format 2.0 with footer version 0.3, or 2.1 / 2.2) to ``sink``."""
 
@@ -531,8 +542,8 @@ class LanceFileWriter:
             return
         if not batch.schema.equals(self._arrow_schema):
             batch = self.schema.align(batch)
-        if self._storage_schema is not None:  # extension types: their storage is written
-            batch = batch.cast(self._storage_schema)
+        if self._storage_schema is not None:  # extension types: their storage is written (JSON as JSONB)
+            batch = to_storage(batch, self._storage_schema)
         try:
             for column, data in zip(self._top, batch.columns):
                 for chunk in data.chunks if isinstance(data, pa.ChunkedArray) else [data]:

@@ -486,7 +486,7 @@ def can_optimize(current: LanceDataset, column: str, segments: Sequence[table_pb
         return False
     if all(is_empty_index(s) for s in segments):  # pylance's empty index: built in full (:func:`optimize_vector_index`)
         return all(_details(s).WhichOneof("compression") in ("flat", "pq") for s in segments)
-    return all(vector_remap.can_remap(s) for s in segments)
+    return all(vector_remap.is_flat_or_pq(s) for s in segments)
 
 
 def _details(index: table_pb2.IndexMetadata) -> index_pb2.VectorIndexDetails:

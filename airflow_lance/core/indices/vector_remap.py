@@ -46,22 +46,34 @@ FILES = frozenset((ivf.INDEX_NAME, ivf.AUXILIARY_NAME))
 SQ_FIELD = 5
 
 
-def can_remap(index: table_pb2.IndexMetadata) -> bool:
-    """Whether ``index`` is an IVF_FLAT, IVF_PQ or IVF_SQ index (files as pylance 14 writes them),
-    whose partitions' rows this module remaps."""
+def _quantizer(index: table_pb2.IndexMetadata) -> str | None:
+    """"flat", "pq" or "sq" for an IVF index of that kind alone (no HNSW, no RaBitQ), ``index_version``
+    1 and the two files as pylance 14 writes them; else None."""
     if index.index_details.type_url != ivf.TYPE_URL or index.index_version != ivf.INDEX_VERSION:
-        return False
+        return None
     if {f.path for f in index.files} != FILES:
-        return False
+        return None
     details = index_pb2.VectorIndexDetails()
     try:
         details.ParseFromString(index.index_details.value)
     except Exception:  # protobuf's DecodeError: not ours to touch
-        return False
+        return None
     unknown = {field.field_number for field in UnknownFieldSet(details)}
-    if details.WhichOneof("compression") in ("flat", "pq"):
-        return not unknown
-    return unknown == {SQ_FIELD}
+    known = details.WhichOneof("compression")
+    if known in ("flat", "pq"):
+        return known if not unknown else None
+    return "sq" if unknown == {SQ_FIELD} else None
+
+
+def is_flat_or_pq(index: table_pb2.IndexMetadata) -> bool:
+    """Whether ``index`` is an IVF_FLAT/IVF_PQ index this package also builds and optimizes."""
+    return _quantizer(index) in ("flat", "pq")
+
+
+def can_remap(index: table_pb2.IndexMetadata) -> bool:
+    """Whether ``index`` is an IVF_FLAT, IVF_PQ or IVF_SQ index (files as pylance 14 writes them),
+    whose partitions' rows this module remaps."""
+    return _quantizer(index) is not None
 
 
 def _reader(store: ObjectStore, index: table_pb2.IndexMetadata, name: str) -> LanceFileReader:

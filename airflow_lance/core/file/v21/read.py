@@ -20,14 +20,14 @@ import numpy as np
 import pyarrow as pa
 
 from airflow_lance.core._proto import file_pb2
-from airflow_lance.core.errors import LanceError, UnsupportedFeatureError
+from airflow_lance.core.errors import LanceError
 from airflow_lance.core.file import blob_v2
 from airflow_lance.core.file.blob_bytes import gather_blobs
 from airflow_lance.core.file.v21 import pages as page_codec
 from airflow_lance.core.file.v21.blocks import Fixed, Variable, bitmap, take, to_arrow
 from airflow_lance.core.file.v21.structure import ITEM, LIST, Level, check_layers, unravel
 from airflow_lance.core.file.v21.util import Ctx, exclusive_cumsum
-from airflow_lance.core.schema import OPAQUE_EXTENSIONS, LanceSchema
+from airflow_lance.core.schema import LanceSchema
 
 if TYPE_CHECKING:
     from airflow_lance.core.file.reader import LanceFileReader
@@ -78,7 +78,6 @@ class Assembler21:
 
     def field_chunks(self, field: file_pb2.Field, dtype: pa.DataType, rows: int) -> list[pa.Array]:
         """The values of a top-level field (``rows`` of them) as chunks."""
-        extension = field.metadata.get("ARROW:extension:name", b"").decode(errors="replace")
         if blob_v2.is_blob_v2(field.metadata):  # one column of descriptions; the bytes are found through them
             column = self.mapping.get(field.id)
             if column is None:
@@ -91,10 +90,6 @@ class Assembler21:
             reader = self.reader
             return [blob_v2.resolve(descriptions, reader._read_range, reader.file_size, reader.path,
                                     reader.blob_sidecars, dtype)]
-        if extension in OPAQUE_EXTENSIONS:  # other extension types read as their storage type
-            raise UnsupportedFeatureError(
-                f"{self.reader.path}: field {field.name!r} has extension type {extension!r} (pylance's "
-                "JSONB values) which is not supported")
         column = self.mapping.get(field.id)
         if column is not None and not self.schema.children(field.id):
             decoded = self._decode_column(column, field, [(field, dtype)], rows)
