@@ -227,6 +227,14 @@ def _rebuild(array: pa.Array, dtype: pa.DataType, leaf: Callable[[pa.Array, pa.D
     values = array.storage if isinstance(array, pa.ExtensionArray) else array
     if not contains_json(storage):
         out = values
+    elif pa.types.is_map(storage):
+        first, last = values.offsets[0].as_py(), values.offsets[-1].as_py()
+        keys = _rebuild(values.keys.slice(first, last - first), storage.key_type, leaf, stored)
+        items = _rebuild(values.items.slice(first, last - first), storage.item_type, leaf, stored)
+        out = pa.MapArray.from_arrays(pa.compute.subtract(values.offsets, values.offsets[0]), keys, items,
+                                      type=pa.map_(storage.key_field.with_type(keys.type),
+                                                   storage.item_field.with_type(items.type)),
+                                      mask=values.is_null())
     elif pa.types.is_struct(storage):
         children = [_rebuild(c, f.type, leaf, stored) for c, f in zip(_children(values), storage)]
         fields = [pa.field(f.name, c.type, f.nullable, f.metadata) for c, f in zip(children, storage)]
@@ -253,6 +261,8 @@ def contains_json(dtype: pa.DataType) -> bool:
     storage = dtype.storage_type if isinstance(dtype, pa.BaseExtensionType) else dtype
     if pa.types.is_struct(storage):
         return any(contains_json(f.type) for f in storage)
+    if pa.types.is_map(storage):
+        return contains_json(storage.key_type) or contains_json(storage.item_type)
     if pa.types.is_list(storage) or pa.types.is_large_list(storage) or pa.types.is_fixed_size_list(storage):
         return contains_json(storage.value_type)
     return False
@@ -291,3 +301,21 @@ def to_storage(column: pa.ChunkedArray | pa.Array, stored: pa.DataType, dtype: p
     out = [_rebuild(c, dtype, _encode_leaf, True) for c in chunks]
     out = [c if c.type == stored else c.cast(stored) for c in out]
     return pa.chunked_array(out, type=stored) if isinstance(column, pa.ChunkedArray) else out[0]
+
+
+def stored_type(dtype: pa.DataType) -> pa.DataType:
+    """``dtype`` with only its JSON (at any depth) as stored, ``large_binary``; other types as they are."""
+    if not contains_json(dtype):
+        return dtype
+    if is_json(dtype):
+        return pa.large_binary()
+    if pa.types.is_struct(dtype):
+        return pa.struct([f.with_type(stored_type(f.type)) for f in dtype])
+    if pa.types.is_map(dtype):
+        return pa.map_(dtype.key_field.with_type(stored_type(dtype.key_type)),
+                       dtype.item_field.with_type(stored_type(dtype.item_type)))
+    if pa.types.is_list(dtype):
+        return pa.list_(dtype.value_field.with_type(stored_type(dtype.value_type)))
+    if pa.types.is_large_list(dtype):
+        return pa.large_list(dtype.value_field.with_type(stored_type(dtype.value_type)))
+    return pa.list_(dtype.value_field.with_type(stored_type(dtype.value_type)), dtype.list_size)

@@ -22,7 +22,12 @@ from airflow_lance.core.errors import (
     UnsupportedFeatureError,
 )
 from airflow_lance.core.file import LanceFileWriter, blob_v2
-from airflow_lance.core.file.legacy_writer import GROUP_ROWS, LegacyFileWriter, check_dictionaries
+from airflow_lance.core.file.legacy_writer import (
+    GROUP_ROWS,
+    LegacyFileWriter,
+    check_dictionaries,
+    check_legacy_layouts,
+)
 from airflow_lance.core.file.writer import check_supported_layouts
 from airflow_lance.core.fragment import DataFile, FragmentMetadata
 from airflow_lance.core.inputs import coerce_data
@@ -221,6 +226,7 @@ def write_data_files(
         data_storage_version = resolve_storage_version(data_storage_version, None)
     dictionaries = None
     if data_storage_version == LEGACY_STORAGE_VERSION:
+        check_legacy_layouts(schema)  # before the sink creates anything
         dictionaries = _dataset_dictionaries(store, schema, _latest_or_none(store) if latest is False else latest)
     else:
         check_supported_layouts(schema, data_storage_version)  # before the sink creates anything

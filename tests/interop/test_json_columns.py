@@ -70,6 +70,19 @@ def test_we_read_and_write_json_as_pylance(tmp_path, version):
     assert ours.dataset(mine).take([0, 13, 26]).equals(expected.take([0, 13, 26]))
 
 
+def test_json_in_maps_as_pylance(tmp_path):
+    items = _json(['{"x": 1}', None, "[2]"])
+    maps = pa.MapArray.from_arrays(pa.array([0, 2, 2, 3], pa.int32()), pa.array(["a", "b", "c"]), items,
+                                   mask=pa.array([False, False, True]))
+    table = pa.table({"id": [1, 2, 3], "m": maps})
+    mine, theirs = str(tmp_path / "mine"), str(tmp_path / "theirs")
+    ours.write_dataset(table, mine)
+    pylance.write_dataset(table, theirs)
+    expected = pylance.dataset(theirs).to_table()
+    assert expected.column("m").to_pylist() == [[("a", '{"x":1}'), ("b", None)], [], None]
+    assert pylance.dataset(mine).to_table().equals(expected) and ours.dataset(theirs).to_table().equals(expected)
+
+
 def test_we_modify_pylances_json_dataset(tmp_path):
     uri = str(tmp_path / "theirs")
     pylance.write_dataset(_table(0, TEXTS), uri, max_rows_per_file=10)
@@ -99,16 +112,23 @@ def test_values_that_are_not_json_are_refused_before_anything_is_committed(tmp_p
     assert ours.dataset(uri).version == 1 and ours.dataset(uri).count_rows() == 3
 
 
-def test_legacy_datasets_with_json_are_read_and_appends_refused(tmp_path):
-    """pylance writes JSON in legacy files too (not in lists there: it cannot read those back); we
-    read them, and refuse appends, as our legacy writer stores no extension types."""
-    uri = str(tmp_path / "legacy")
+def test_legacy_datasets_with_json_as_pylance(tmp_path):
+    """pylance writes JSON in legacy files too, as JSONB, but cannot read it back from inside lists
+    ("column types must match schema types"): we read and write it as pylance does, and refuse JSON
+    in lists there before anything is written."""
+    theirs, mine = str(tmp_path / "theirs"), str(tmp_path / "mine")
     table = _table(0, TEXTS).drop_columns(["docs"])
-    pylance.write_dataset(table, uri, data_storage_version="legacy")
-    assert ours.dataset(uri).to_table().equals(pylance.dataset(uri).to_table())
-    with pytest.raises(ours.UnsupportedFeatureError, match="arrow.json"):
-        ours.write_dataset(table, uri, mode="append")
-    assert ours.dataset(uri).version == 1
+    pylance.write_dataset(table, theirs, data_storage_version="legacy")
+    expected = pylance.dataset(theirs).to_table()
+    assert ours.dataset(theirs).to_table().equals(expected)
+    ours.write_dataset(table, mine, data_storage_version="legacy")
+    assert pylance.dataset(mine).to_table().equals(expected) and _stored(mine) == _stored(theirs)
+    ours.write_dataset(table, theirs, mode="append")
+    ours.dataset(theirs).optimize.compact_files()
+    assert pylance.dataset(theirs).to_table().equals(pa.concat_tables([expected, expected]))
+    with pytest.raises(ours.UnsupportedFeatureError, match="JSON inside lists"):
+        ours.write_dataset(_table(0, TEXTS), str(tmp_path / "lists"), data_storage_version="legacy")
+    assert not os.path.exists(tmp_path / "lists")
 
 
 def test_jsonb_bytes_are_pylances():

@@ -50,6 +50,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import airflow_lance
+from airflow_lance.core import jsonb
 from airflow_lance.core._proto import file_pb2, table_pb2
 from airflow_lance.core.errors import InvalidInputError, SchemaMismatchError, UnsupportedFeatureError
 from airflow_lance.core.schema import LanceSchema
@@ -63,6 +64,27 @@ LEGACY_STORAGE_VERSION = "0.1"
 _FOOTER = struct.Struct("<QHH4s")
 _LEN = struct.Struct("<I")
 _VARIABLE = (pa.string(), pa.binary(), pa.large_string(), pa.large_binary())
+
+
+def check_legacy_layouts(schema: LanceSchema) -> None:
+    """Refuse, before anything is written, what legacy files do not hold here: JSON inside lists
+    (pylance 14 writes it but cannot read it back: "column types must match schema types"). JSON
+    elsewhere is written as pylance writes it, JSONB bytes; other extension types are refused when
+    written, as by pylance."""
+    for field in schema.to_arrow():
+        if _json_in_list(field.type):
+            raise UnsupportedFeatureError(f"field {field.name!r}: JSON inside lists in legacy data files "
+                                          "(pylance 14 cannot read them back)")
+
+
+def _json_in_list(dtype: pa.DataType, in_list: bool = False) -> bool:
+    if jsonb.is_json(dtype):
+        return in_list
+    if pa.types.is_struct(dtype):
+        return any(_json_in_list(f.type, in_list) for f in dtype)
+    if pa.types.is_list(dtype) or pa.types.is_large_list(dtype) or pa.types.is_fixed_size_list(dtype):
+        return _json_in_list(dtype.value_type, True)
+    return False
 
 
 def _valid(array: pa.Array) -> np.ndarray | None:
@@ -151,6 +173,8 @@ class LegacyFileWriter:
         self.group_rows = group_rows
         self.dictionaries: dict[int, pa.Array] = dict(dictionaries or {})
         self._arrow_schema = schema.to_arrow()
+        check_legacy_layouts(schema)
+        self._stored_schema = pa.schema([f.with_type(jsonb.stored_type(f.type)) for f in self._arrow_schema])
         self._sink = sink
         self._position = 0
         self._num_rows = 0
@@ -194,6 +218,11 @@ class LegacyFileWriter:
             return
         if not batch.schema.equals(self._arrow_schema):
             batch = self.schema.align(batch)
+        if not self._stored_schema.equals(self._arrow_schema):
+            columns = [jsonb.to_storage(c, f.type, own.type) for c, f, own
+                       in zip(batch.columns, self._stored_schema, batch.schema)]
+            batch = (pa.Table if isinstance(batch, pa.Table) else pa.RecordBatch).from_arrays(
+                columns, schema=self._stored_schema)
         try:
             for piece in batch.to_batches() if isinstance(batch, pa.Table) else [batch]:
                 piece = self._rekey(piece)

@@ -252,6 +252,7 @@ def _train_batched(data: np.ndarray, k: int, metric: str, rng: np.random.Generat
             labels, dists = bounds.labels, bounds.dists
         loss = float(dists.sum())
         means, sizes = _means(data, labels, k)
+        reseeded = bool((sizes == 0).any())
         for i in np.flatnonzero((sizes == 0).any(axis=1)):  # sub-problems with empty clusters
             empty = np.flatnonzero(sizes[i] == 0)
             far = np.argsort(-dists[i], kind="stable")[: len(empty)]
@@ -259,7 +260,9 @@ def _train_batched(data: np.ndarray, k: int, metric: str, rng: np.random.Generat
         old, centroids = centroids, means.astype(data.dtype, copy=False)
         if spherical:
             centroids = _unit(centroids)
-        if abs(previous - loss) < tolerance * abs(loss):  # dot losses can be negative
+        # (not right after re-seeding an empty cluster: that centroid is a lone row until its members
+        # are assigned to it and averaged, which a final stop would leave undone)
+        if not reseeded and abs(previous - loss) < tolerance * abs(loss):  # dot losses can be negative
             break
         previous = loss
     return centroids, loss
