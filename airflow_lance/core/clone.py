@@ -71,6 +71,8 @@ def shallow_clone(
     from airflow_lance.core.dataset import LanceDataset
 
     version = _reference(source, reference)
+    # its flags are recomputed for the clone: a feature we do not know would be dropped from them
+    feature_flags.check_writable(version.manifest_file.manifest, source.uri)
     options = source.store.storage_options if storage_options is None else storage_options
     store = open_store(target_path, options)
     store.ensure_committable()
@@ -98,7 +100,8 @@ def shallow_clone(
         index_section = section.SerializeToString()
 
     # ref_name stays unset for main, also when a tag was named (as pylance 14 writes it)
-    clone = transaction_pb2.Transaction.Clone(is_shallow=True, ref_version=manifest.version, ref_path=source.uri)
+    clone = transaction_pb2.Transaction.Clone(is_shallow=True, ref_version=manifest.version,
+                                              ref_path=_source_path(source.uri))
     transaction = transaction_pb2.Transaction(read_version=manifest.version, uuid=str(uuid_lib.uuid4()), clone=clone)
     manifest.transaction_file = layout.transaction_file_name(transaction.read_version, transaction.uuid)
     manifest.timestamp.CopyFrom(_timestamp_now())
