@@ -29,6 +29,8 @@ def _same_kind(source: pa.DataType, target: pa.DataType) -> bool:
         return True
     strings = (pa.types.is_string, pa.types.is_large_string, pa.types.is_string_view)
     binaries = (pa.types.is_binary, pa.types.is_large_binary, pa.types.is_binary_view)
+    if isinstance(target, pa.BaseExtensionType) and target.extension_name == "arrow.json":
+        return any(test(source) for test in strings)  # Spark holds JSON as its text (validated when written)
     for family in (strings, binaries):
         if any(test(source) for test in family) and any(test(target) for test in family):
             return True
@@ -37,10 +39,12 @@ def _same_kind(source: pa.DataType, target: pa.DataType) -> bool:
     lists = (pa.types.is_list, pa.types.is_large_list, pa.types.is_fixed_size_list)
     if any(test(source) for test in lists) and any(test(target) for test in lists):
         return _same_kind(source.value_type, target.value_type)
-    if pa.types.is_struct(source) and pa.types.is_struct(target):
+    if pa.types.is_struct(source) and pa.types.is_struct(target):  # a blob v2 column's size: decimal(20,0)
         names = {target.field(i).name: target.field(i).type for i in range(target.num_fields)}
         return all(
-            source.field(i).name in names and _same_kind(source.field(i).type, names[source.field(i).name])
+            source.field(i).name in names and (_same_kind(source.field(i).type, names[source.field(i).name])
+                                               or _unsigned_from_spark(source.field(i).type,
+                                                                       names[source.field(i).name]))
             for i in range(source.num_fields)
         )
     return False

@@ -275,3 +275,35 @@ def test_only_integers_become_unsigned_integers() -> None:
     assert floats.schema.field("u").type == pa.float64()  # left for the core to refuse
     fraction = harmonize(pa.RecordBatch.from_pydict({"u": pa.array([1], pa.decimal128(20, 1))}), target)
     assert fraction.schema.field("u").type == pa.decimal128(20, 1)
+
+
+def test_json_and_blob_v2_columns_take_sparks_representations(tmp_path: pathlib.Path) -> None:
+    """Spark holds JSON as text and a blob v2 column as its struct with decimal(20,0) position and
+    size: appended to pylance's dataset as JSONB and blobs that pylance reads; text that is not JSON
+    fails the task before anything is committed."""
+    uri = str(tmp_path / "ds.lance")
+    field = pylance.blob_field("img", inline_size_threshold=64)
+    schema = pa.schema([pa.field("id", pa.int64()), pa.field("doc", pa.json_()), field])
+    pylance.write_dataset(pa.table({"id": [0], "doc": pa.array(['{"a": 1}'], pa.json_()),
+                                    "img": pylance.blob_array([b"x" * 10])}, schema=schema), uri)
+    ds = lance.dataset(uri)
+    blob = pa.struct([("data", pa.binary()), ("uri", pa.string()), ("position", pa.decimal128(20, 0)),
+                      ("size", pa.decimal128(20, 0))])
+    spark = pa.RecordBatch.from_pydict({
+        "id": pa.array([1, 2], pa.int64()), "doc": pa.array(['{"b": [1, 2]}', None]),
+        "img": pa.array([{"data": b"y" * 100, "uri": None, "position": None, "size": None}, None], blob)})
+    (out,) = list(write_partition(iter([spark]), uri=uri, mode="append", storage_options={},
+                                  target_schema=ds.schema, **_limits()))
+    fragments = [lance.FragmentMetadata.from_json(f) for f in out.column("fragment").to_pylist()]
+    lance.LanceDataset.commit(uri, lance.LanceOperation.Append(fragments), 1)
+    theirs = pylance.dataset(uri)
+    assert theirs.to_table(columns=["id", "doc"]).to_pylist() == [
+        {"id": 0, "doc": '{"a":1}'}, {"id": 1, "doc": '{"b":[1,2]}'}, {"id": 2, "doc": None}]
+    assert [None if b is None else b.read() for b in theirs.take_blobs("img", indices=[0, 1, 2])] == [
+        b"x" * 10, b"y" * 100, None]
+    bad = pa.RecordBatch.from_pydict({"id": pa.array([3], pa.int64()), "doc": pa.array(["{not json"]),
+                                      "img": pa.array([None], blob)})
+    with pytest.raises(lance.InvalidInputError, match="not a JSON value"):
+        list(write_partition(iter([bad]), uri=uri, mode="append", storage_options={}, target_schema=ds.schema,
+                             **_limits()))
+    assert pylance.dataset(uri).version == 2
