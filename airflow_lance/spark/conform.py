@@ -39,7 +39,7 @@ def _same_kind(source: pa.DataType, target: pa.DataType) -> bool:
     lists = (pa.types.is_list, pa.types.is_large_list, pa.types.is_fixed_size_list)
     if any(test(source) for test in lists) and any(test(target) for test in lists):
         return _same_kind(source.value_type, target.value_type)
-    if pa.types.is_struct(source) and pa.types.is_struct(target):  # a blob v2 column's size: decimal(20,0)
+    if pa.types.is_struct(source) and pa.types.is_struct(target):  # unsigned fields as Spark holds them too
         names = {target.field(i).name: target.field(i).type for i in range(target.num_fields)}
         return all(
             source.field(i).name in names and (_same_kind(source.field(i).type, names[source.field(i).name])
