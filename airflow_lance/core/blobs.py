@@ -72,14 +72,18 @@ class BlobFile(io.RawIOBase):
         return [self.read_range(offset, length) for offset, length in ranges]
 
 
-def _external(uri: str, position: int | None, size: int | None, store: ObjectStore) -> BlobFile:
-    """A file over (a range of) the object at ``uri``, opened with the dataset's storage options."""
+def _external(uri: str, position: int | None, size: int | None, store: ObjectStore,
+              opened_stores: dict[str, ObjectStore]) -> BlobFile:
+    """A file over (a range of) the object at ``uri``, opened with the dataset's storage options
+    (one store per directory, kept in ``opened_stores``)."""
     from airflow_lance.core.storage import open_store
 
     parent, _, name = uri.rstrip("/").rpartition("/")
     if not name:
         raise InvalidInputError(f"external blob uri {uri!r} names no object")
-    opened = open_store(parent, store.storage_options)
+    opened = opened_stores.get(parent)
+    if opened is None:
+        opened = opened_stores[parent] = open_store(parent, store.storage_options)
     start = position or 0
     length = size if size else opened.size(name) - start
     return BlobFile(lambda offset, count: opened.read_range(name, start + offset, count), length)
@@ -111,11 +115,13 @@ def take_blobs(dataset: LanceDataset, blob_column: str, ids: Any = None, address
     if not blob_v2:
         return [None if value is None else BlobFile.of_bytes(value) for value in values.to_pylist()]
     out: list[BlobFile | None] = []
+    opened_stores: dict[str, ObjectStore] = {}
     for value in values.to_pylist():  # one file object per selected row: a loop over the selection
         if value is None:
             out.append(None)
         elif value["uri"] is not None:
-            out.append(_external(value["uri"], value.get("position"), value.get("size"), dataset.store))
+            out.append(_external(value["uri"], value.get("position"), value.get("size"), dataset.store,
+                                 opened_stores))
         else:
             out.append(BlobFile.of_bytes(value["data"]))
     return out

@@ -302,20 +302,3 @@ def to_storage(column: pa.ChunkedArray | pa.Array, stored: pa.DataType, dtype: p
     out = [c if c.type == stored else c.cast(stored) for c in out]
     return pa.chunked_array(out, type=stored) if isinstance(column, pa.ChunkedArray) else out[0]
 
-
-def stored_type(dtype: pa.DataType) -> pa.DataType:
-    """``dtype`` with only its JSON (at any depth) as stored, ``large_binary``; other types as they are."""
-    if not contains_json(dtype):
-        return dtype
-    if is_json(dtype):
-        return pa.large_binary()
-    if pa.types.is_struct(dtype):
-        return pa.struct([f.with_type(stored_type(f.type)) for f in dtype])
-    if pa.types.is_map(dtype):
-        return pa.map_(dtype.key_field.with_type(stored_type(dtype.key_type)),
-                       dtype.item_field.with_type(stored_type(dtype.item_type)))
-    if pa.types.is_list(dtype):
-        return pa.list_(dtype.value_field.with_type(stored_type(dtype.value_type)))
-    if pa.types.is_large_list(dtype):
-        return pa.large_list(dtype.value_field.with_type(stored_type(dtype.value_type)))
-    return pa.list_(dtype.value_field.with_type(stored_type(dtype.value_type)), dtype.list_size)

@@ -207,24 +207,29 @@ def _extension_metadata(dtype: pa.BaseExtensionType, path: str) -> dict[str, byt
     return {_EXTENSION_NAME: name.encode(), _EXTENSION_METADATA: serialized}
 
 
-def storage_type(dtype: pa.DataType) -> pa.DataType:
+def storage_type(dtype: pa.DataType, *, only_json: bool = False) -> pa.DataType:
     """``dtype`` with every extension type replaced by its storage type, at any depth (what the
-    data files store)."""
+    data files store; JSON: JSONB bytes, core/jsonb.py). ``only_json``: JSON alone (the legacy
+    writer stores no other extension type)."""
     if isinstance(dtype, pa.BaseExtensionType):
-        if dtype.extension_name == "arrow.json":  # JSONB (core/jsonb.py)
+        if dtype.extension_name == "arrow.json":
             return pa.large_binary()
-        return storage_type(dtype.storage_type)
+        return dtype if only_json else storage_type(dtype.storage_type)
+
+    def inner(child: pa.DataType) -> pa.DataType:
+        return storage_type(child, only_json=only_json)
+
     if pa.types.is_struct(dtype):
-        return pa.struct([f.with_type(storage_type(f.type)) for f in dtype])
+        return pa.struct([f.with_type(inner(f.type)) for f in dtype])
     if pa.types.is_map(dtype):
-        return pa.map_(dtype.key_field.with_type(storage_type(dtype.key_type)),
-                       dtype.item_field.with_type(storage_type(dtype.item_type)))
+        return pa.map_(dtype.key_field.with_type(inner(dtype.key_type)),
+                       dtype.item_field.with_type(inner(dtype.item_type)))
     if pa.types.is_list(dtype):
-        return pa.list_(dtype.value_field.with_type(storage_type(dtype.value_type)))
+        return pa.list_(dtype.value_field.with_type(inner(dtype.value_type)))
     if pa.types.is_large_list(dtype):
-        return pa.large_list(dtype.value_field.with_type(storage_type(dtype.value_type)))
+        return pa.large_list(dtype.value_field.with_type(inner(dtype.value_type)))
     if pa.types.is_fixed_size_list(dtype):
-        return pa.list_(dtype.value_field.with_type(storage_type(dtype.value_type)), dtype.list_size)
+        return pa.list_(dtype.value_field.with_type(inner(dtype.value_type)), dtype.list_size)
     return dtype
 
 

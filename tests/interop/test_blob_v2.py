@@ -182,6 +182,15 @@ def test_blob_metadata_on_binaries_in_2_2_is_blob_v2_as_in_pylance(tmp_path):
         assert [None if b is None else b.read() for b in blobs] == rows(0, 30).column("x").to_pylist()
         assert ours.dataset(uri).to_table().column("x").combine_chunks().field("data").to_pylist() == \
             rows(0, 30).column("x").to_pylist()
+    # into a plain binary column of a 2.2 dataset such a field is refused, by pylance too (it converts
+    # the field to blob v2, which then does not match), and nothing is written
+    plain = str(tmp_path / "plain")
+    pylance.write_dataset(pa.table({"id": pa.array([0], pa.int64()), "x": pa.array([b"a"], pa.large_binary())}),
+                          plain, data_storage_version="2.2")
+    for library in (pylance, ours):
+        with pytest.raises((OSError, ValueError), match="Append with different schema"):
+            library.write_dataset(rows(1, 2), plain, mode="append")
+    assert pylance.dataset(plain).version == 1
 
 
 @pytest.mark.parametrize("value, message", [

@@ -53,7 +53,7 @@ import airflow_lance
 from airflow_lance.core import jsonb
 from airflow_lance.core._proto import file_pb2, table_pb2
 from airflow_lance.core.errors import InvalidInputError, SchemaMismatchError, UnsupportedFeatureError
-from airflow_lance.core.schema import LanceSchema
+from airflow_lance.core.schema import LanceSchema, storage_type
 
 #: Rows per on-disk batch (pylance's ``max_rows_per_group``).
 GROUP_ROWS = 1024
@@ -174,7 +174,7 @@ class LegacyFileWriter:
         self.dictionaries: dict[int, pa.Array] = dict(dictionaries or {})
         self._arrow_schema = schema.to_arrow()
         check_legacy_layouts(schema)
-        self._stored_schema = pa.schema([f.with_type(jsonb.stored_type(f.type)) for f in self._arrow_schema])
+        self._stored_schema = pa.schema([f.with_type(storage_type(f.type, only_json=True)) for f in self._arrow_schema])
         self._sink = sink
         self._position = 0
         self._num_rows = 0
