@@ -27,7 +27,7 @@ from airflow_lance.core.errors import (
     SchemaMismatchError,
 )
 from airflow_lance.core.fragment import FragmentMetadata
-from airflow_lance.core.indices.metadata import UNTOUCHED_BY_REWRITE
+from airflow_lance.core.indices.metadata import ROW_ID_TYPES, UNTOUCHED_BY_REWRITE
 from airflow_lance.core.manifest import ManifestFile, data_storage_version, file_storage_version, next_fragment_id
 from airflow_lance.core.schema import LanceSchema
 from airflow_lance.core.transaction import LanceOperation
@@ -36,9 +36,6 @@ from airflow_lance.core.transaction import LanceOperation
 from airflow_lance.core.write import DEFAULT_STORAGE_VERSION as DEFAULT_DATA_STORAGE_VERSION
 
 WRITER_LIBRARY = layout.WRITER_LIBRARY
-#: Index types holding stable row ids (not addresses) on datasets with stable row ids (pylance 14).
-_ROW_ID_TYPES = ("/lance.table.BitmapIndexDetails", "/lance.table.LabelListIndexDetails",
-                 "/lance.table.NGramIndexDetails", "/lance.index.pb.VectorIndexDetails")
 
 
 @dataclasses.dataclass
@@ -342,7 +339,7 @@ def _apply_rewrite(op: LanceOperation.Rewrite, base: ManifestFile | None, ctx: A
             # The index still covers the rows only if it was remapped, or (stable row ids) if it
             # holds row ids: pylance 14's BITMAP, LABEL_LIST and IVF indices there; its BTREE holds row
             # addresses (fragment << 32 | offset) also there and is remapped on compaction.
-            if inside and (remap is not None or (stable and index.index_details.type_url in _ROW_ID_TYPES)):
+            if inside and (remap is not None or (stable and index.index_details.type_url in ROW_ID_TYPES)):
                 result |= pyroaring.BitMap(new_ids)
         return result
 

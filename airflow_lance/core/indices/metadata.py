@@ -36,6 +36,11 @@ TYPE_NAMES = {
 
 VECTOR_DETAILS_URL = "/lance.index.pb.VectorIndexDetails"
 
+#: Index types that hold stable row ids (not row addresses) on datasets with stable row ids (pylance 14):
+#: compaction moves only their fragment bitmap there.
+ROW_ID_TYPES = ("/lance.table.BitmapIndexDetails", "/lance.table.LabelListIndexDetails",
+                "/lance.table.NGramIndexDetails", "/lance.index.pb.VectorIndexDetails")
+
 #: Index types compaction leaves as they are, as pylance 14 does: per-zone summaries of fragments
 #: (ZONEMAP, BLOOMFILTER) that a rewrite makes stale, never wrong. Their fragment bitmap stays too,
 #: except with stable row ids, where the rewritten fragments leave it (pylance 14 again).

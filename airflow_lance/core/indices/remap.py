@@ -38,14 +38,11 @@ from airflow_lance.core.file import LanceFileReader
 from airflow_lance.core.fragment import FragmentMetadata
 from airflow_lance.core.indices import bitmap, btree, ivf, label_list, ngram, vector_remap
 from airflow_lance.core.indices.files import IndexFileData, write_index_file
-from airflow_lance.core.indices.metadata import UNTOUCHED_BY_REWRITE, index_uuid
+from airflow_lance.core.indices.metadata import ROW_ID_TYPES, UNTOUCHED_BY_REWRITE, index_uuid
 from airflow_lance.core.storage import ObjectStore
 
 #: Index types whose files this module can remap (``index_details`` type URL).
 REMAPPABLE = (btree.TYPE_URL, bitmap.TYPE_URL, label_list.TYPE_URL, ngram.TYPE_URL)
-UNTOUCHED = UNTOUCHED_BY_REWRITE
-#: Index types that hold stable row ids (not addresses) on datasets with stable row ids.
-ROW_ID_TYPES = (bitmap.TYPE_URL, label_list.TYPE_URL, ngram.TYPE_URL, ivf.TYPE_URL)
 
 
 def can_remap(index: table_pb2.IndexMetadata) -> bool:
@@ -53,14 +50,14 @@ def can_remap(index: table_pb2.IndexMetadata) -> bool:
     if not index.fragment_bitmap:
         return False
     kind = index.index_details.type_url
-    return kind in REMAPPABLE or kind in UNTOUCHED or vector_remap.can_remap(index)
+    return kind in REMAPPABLE or kind in UNTOUCHED_BY_REWRITE or vector_remap.can_remap(index)
 
 
 def needs_remap(index: table_pb2.IndexMetadata, stable_row_ids: bool) -> bool:
     """Whether compaction must rewrite the index (else only its fragment bitmap moves, or, for
-    ``UNTOUCHED`` types, nothing)."""
+    ``UNTOUCHED_BY_REWRITE`` types, nothing)."""
     kind = index.index_details.type_url
-    return kind not in UNTOUCHED and not (stable_row_ids and kind in ROW_ID_TYPES)
+    return kind not in UNTOUCHED_BY_REWRITE and not (stable_row_ids and kind in ROW_ID_TYPES)
 
 
 @dataclasses.dataclass
