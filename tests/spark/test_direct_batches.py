@@ -30,7 +30,7 @@ def test_parquet_batches_are_sized_in_bytes(tmp_path: pathlib.Path, dim: int) ->
     largest = max(batches, key=lambda b: b.num_rows)
     if dim == 1:  # narrow rows: at most 65,536 a batch
         assert largest.num_rows == direct.BATCH_ROWS
-    elif dim == 256:  # 1 KiB rows: about 16 MiB a batch
+    elif dim == 256:  # 1 KiB rows: about BATCH_BYTES (4 MiB) a batch
         assert 0.8 * direct.BATCH_BYTES < largest.nbytes <= 1.05 * direct.BATCH_BYTES
     else:  # 32 KiB rows: at least 1024 a batch
         assert largest.num_rows == 1024
