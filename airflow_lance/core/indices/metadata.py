@@ -37,9 +37,12 @@ TYPE_NAMES = {
 VECTOR_DETAILS_URL = "/lance.index.pb.VectorIndexDetails"
 
 #: Index types that hold stable row ids (not row addresses) on datasets with stable row ids (pylance 14):
-#: compaction moves only their fragment bitmap there.
+#: compaction leaves their files alone there and moves only their fragment bitmap, whatever their
+#: kind (full-text search, every IVF variant with HNSW or RaBitQ included), so it may rewrite the
+#: fragments they cover even where it could not remap them (:func:`..remap.can_remap`).
 ROW_ID_TYPES = ("/lance.table.BitmapIndexDetails", "/lance.table.LabelListIndexDetails",
-                "/lance.table.NGramIndexDetails", "/lance.index.pb.VectorIndexDetails")
+                "/lance.table.NGramIndexDetails", "/lance.table.InvertedIndexDetails",
+                "/lance.index.pb.VectorIndexDetails")
 
 #: Index types compaction leaves as they are, as pylance 14 does: per-zone summaries of fragments
 #: (ZONEMAP, BLOOMFILTER) that a rewrite makes stale, never wrong. Their fragment bitmap stays too,

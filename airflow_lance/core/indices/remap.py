@@ -45,11 +45,14 @@ from airflow_lance.core.storage import ObjectStore
 REMAPPABLE = (btree.TYPE_URL, bitmap.TYPE_URL, label_list.TYPE_URL, ngram.TYPE_URL)
 
 
-def can_remap(index: table_pb2.IndexMetadata) -> bool:
-    """Whether compaction may rewrite fragments ``index`` covers (remapping it, or leaving it alone)."""
+def can_remap(index: table_pb2.IndexMetadata, stable_row_ids: bool = False) -> bool:
+    """Whether compaction may rewrite fragments ``index`` covers (remapping it, or leaving it alone:
+    with ``stable_row_ids`` every index holding row ids, FTS and HNSW ones included)."""
     if not index.fragment_bitmap:
         return False
     kind = index.index_details.type_url
+    if stable_row_ids and kind in ROW_ID_TYPES:
+        return True
     return kind in REMAPPABLE or kind in UNTOUCHED_BY_REWRITE or vector_remap.can_remap(index)
 
 

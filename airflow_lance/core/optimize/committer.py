@@ -183,7 +183,7 @@ def _indices_to_remap(latest: ManifestFile, results: Sequence[RewriteResult], st
                 raise InvalidInputError(
                     f"a rewrite group mixes fragments index {index.name!r} covers and fragments it does not"
                 )
-        if not remap.can_remap(index):
+        if not remap.can_remap(index, stable):
             raise CommitConflictError(
                 f"index {index.name!r} ({index.index_details.type_url}) covering rewritten fragments cannot be "
                 "remapped (it was created after the compaction was planned?); re-plan the compaction"

@@ -14,10 +14,11 @@ Fragments are visited in manifest order (insertion order is kept):
 * budgets (``max_source_fragments``, ``max_source_rows``) keep tasks in order
   until the next one would exceed them.
 
-Fragments covered by BTREE, BITMAP and LABEL_LIST indices are compacted: the
-commit remaps those indices (:mod:`airflow_lance.core.indices.remap`). Tasks
-over fragments covered by an index of another type (vector, FTS, ...), or by
-one without a fragment bitmap, are dropped and counted in
+Fragments covered by indices the commit can remap (BTREE, BITMAP, LABEL_LIST, NGRAM, IVF_FLAT,
+IVF_PQ, IVF_SQ; :mod:`airflow_lance.core.indices.remap`) or leaves alone (ZONEMAP, BLOOMFILTER;
+and with stable row ids every index holding row ids, FTS and IVF_HNSW_*/IVF_RQ included, as
+pylance 14) are compacted. Tasks over fragments covered by another index (FTS or HNSW without
+stable row ids, ...), or by one without a fragment bitmap, are dropped and counted in
 ``fragments_skipped_indexed``.
 """
 
@@ -39,6 +40,7 @@ from airflow_lance.core.indices.remap import can_remap
 from airflow_lance.core.manifest import ManifestFile
 from airflow_lance.core.optimize.options import CompactionOptions
 from airflow_lance.core.optimize.results import load_json_object
+from airflow_lance.core.optimize.source import has_stable_row_ids
 from airflow_lance.core.optimize.task import CompactionTask
 from airflow_lance.core.write import resolve_storage_version
 
@@ -123,13 +125,14 @@ def _index_coverage(manifest_file: ManifestFile) -> list[tuple[pyroaring.BitMap 
     section = table_pb2.IndexSection()
     section.ParseFromString(manifest_file.index_section)
     coverage: list[tuple[pyroaring.BitMap | None, bool]] = []
+    stable = has_stable_row_ids(manifest_file.manifest)
     for index in section.indices:
         if index.name == FRAG_REUSE_INDEX_NAME:
             raise UnsupportedFeatureError(
                 "the dataset has a fragment reuse index (deferred index remapping); compact it with pylance"
             )
         coverage.append((pyroaring.BitMap.deserialize(index.fragment_bitmap) if index.fragment_bitmap else None,
-                         can_remap(index)))
+                         can_remap(index, stable)))
     return coverage
 
 

@@ -1,0 +1,124 @@
+"""Compaction of fragments covered by full-text, HNSW and RaBitQ indices on datasets with stable row ids.
+
+Those indices hold row ids, and stable row ids survive a rewrite: pylance 14 compacts the fragments
+they cover, keeps the index files (same uuid) and moves the fragment bitmap to the new fragments.
+Ours does the same; without stable row ids it leaves those fragments alone (it cannot remap the
+indices; ``test_index_maintenance.py::test_an_index_we_cannot_remap_keeps_its_fragments``).
+pylance 14 is the oracle: the same compaction of an identical copy gives the same fragments,
+indices, rows and row ids, and pylance's full-text and vector searches find the same rows in
+both, none of them deleted.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import lance as pylance
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+import airflow_lance.core as lance
+
+pytestmark = [pytest.mark.filterwarnings("ignore:The 'list_indices' method is deprecated:DeprecationWarning")]
+
+WORDS = np.array(["apple", "banana", "cherry", "delta", "echo", "fox", "golf"])
+DIM = 16
+
+INDICES = {
+    "INVERTED": ("text", {"index_type": "INVERTED"}),
+    "INVERTED with positions": ("text", {"index_type": "INVERTED", "with_position": True}),
+    "IVF_HNSW_SQ": ("vec", {"index_type": "IVF_HNSW_SQ", "num_partitions": 2}),
+    "IVF_HNSW_PQ": ("vec", {"index_type": "IVF_HNSW_PQ", "num_partitions": 2, "num_sub_vectors": 4}),
+    "IVF_RQ": ("vec", {"index_type": "IVF_RQ", "num_partitions": 2}),
+}
+
+
+def _table(start: int, stop: int) -> pa.Table:
+    ids = np.arange(start, stop)
+    rng = np.random.default_rng(start)
+    return pa.table({
+        "id": ids,
+        "text": [f"{WORDS[i % 7]} {WORDS[(i * 3) % 7]} doc{i}" for i in ids],
+        "vec": pa.FixedSizeListArray.from_arrays(pa.array(rng.standard_normal(len(ids) * DIM).astype(np.float32)), DIM),
+    })
+
+
+def _create(uri: str, kind: str) -> None:
+    column, options = INDICES[kind]
+    options = dict(options)
+    index_type = options.pop("index_type")
+    ds = pylance.dataset(uri)
+    if index_type == "INVERTED":
+        ds.create_scalar_index(column, index_type, **options)
+    else:
+        ds.create_index(column, index_type, **options)
+
+
+def _indices(uri: str) -> list[tuple[str, str, list[int]]]:
+    return sorted((i["name"], i["uuid"], sorted(i["fragment_ids"])) for i in pylance.dataset(uri).list_indices())
+
+
+def _rows(uri: str) -> pa.Table:
+    return pylance.dataset(uri).to_table(columns=["id", "text"], with_row_id=True).sort_by("id")
+
+
+def _found(uri: str, kind: str) -> list[int]:
+    ds = pylance.dataset(uri)
+    if kind.startswith("INVERTED"):
+        hits = ds.to_table(full_text_query="banana", columns=["id"])
+    else:
+        query = _table(0, 1).column("vec")[0].values.to_numpy()
+        hits = ds.to_table(nearest={"column": "vec", "q": query, "k": 20, "nprobes": 2}, columns=["id"])
+    return sorted(hits.column("id").to_pylist())
+
+
+@pytest.mark.parametrize("kind", list(INDICES))
+def test_compaction_keeps_row_id_indices_as_pylance(tmp_path, kind):
+    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
+    pylance.write_dataset(_table(0, 600), ours, max_rows_per_file=100, enable_stable_row_ids=True)
+    _create(ours, kind)
+    lance.write_dataset(_table(600, 650), ours, mode="append")
+    lance.write_dataset(_table(650, 700), ours, mode="append")
+    lance.dataset(ours).delete("id % 10 = 3")
+    before = _indices(ours)
+    shutil.copytree(ours, theirs)
+
+    metrics = lance.dataset(ours).optimize.compact_files(target_rows_per_fragment=10_000)
+    pylance.dataset(theirs).optimize.compact_files(target_rows_per_fragment=10_000)
+
+    assert metrics.fragments_skipped_indexed == 0 and metrics.fragments_removed == 8
+    # indexed and unindexed fragments are compacted apart; the index files stay, its bitmap moves
+    assert [f.physical_rows for f in pylance.dataset(ours).get_fragments()] == [540, 90]
+    assert [f.fragment_id for f in pylance.dataset(ours).get_fragments()] == [
+        f.fragment_id for f in pylance.dataset(theirs).get_fragments()]
+    assert _indices(ours) == _indices(theirs)
+    [(name, uuid, fragments)] = _indices(ours)
+    assert (name, uuid) == before[0][:2] and fragments == [pylance.dataset(ours).get_fragments()[0].fragment_id]
+    assert _rows(ours).equals(_rows(theirs))  # row ids kept
+    found = _found(ours, kind)
+    assert found == _found(theirs, kind) and found and not [i for i in found if i % 10 == 3]
+    if kind.startswith("INVERTED"):  # every live matching row, through the index
+        expected = pc.filter(_rows(ours), pc.match_substring(_rows(ours)["text"], "banana"))
+        assert found == sorted(expected.column("id").to_pylist())
+
+    # pylance writes and compacts on after us
+    pylance.write_dataset(_table(700, 720), ours, mode="append")
+    pylance.dataset(ours).delete("id = 11")
+    pylance.dataset(ours).optimize.compact_files(target_rows_per_fragment=10_000)
+    assert 11 not in _found(ours, kind)
+    assert lance.dataset(ours).count_rows() == pylance.dataset(ours).count_rows() == 700 - 70 + 20 - 1
+
+
+def test_without_stable_row_ids_those_fragments_stay(tmp_path):
+    uri = str(tmp_path / "d")
+    pylance.write_dataset(_table(0, 300), uri, max_rows_per_file=100)
+    _create(uri, "IVF_HNSW_SQ")
+    lance.write_dataset(_table(300, 350), uri, mode="append")
+    lance.write_dataset(_table(350, 400), uri, mode="append")
+    lance.dataset(uri).delete("id % 10 = 3")
+    before = _indices(uri)
+    metrics = lance.dataset(uri).optimize.compact_files(target_rows_per_fragment=10_000)
+    assert (metrics.fragments_skipped_indexed, metrics.fragments_removed) == (3, 2)
+    assert _indices(uri) == before
