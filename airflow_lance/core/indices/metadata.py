@@ -59,7 +59,7 @@ def type_name(type_url: str) -> str:
     if type_url in TYPE_NAMES:
         return TYPE_NAMES[type_url]
     short = type_url.rsplit(".", 1)[-1]
-    return short[: -len("IndexDetails")] if short.endswith("IndexDetails") else short
+    return short.removesuffix("IndexDetails")
 
 
 def vector_details(index: table_pb2.IndexMetadata) -> index_pb2.VectorIndexDetails | None:
