@@ -32,6 +32,7 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_lance.core.errors import CorruptFileError, InvalidInputError
+from airflow_lance.core.jsonb_text import decode_column
 
 EXTENSION_NAME = b"lance.json"
 _ARRAY, _OBJECT, _SCALAR = 0x80000000, 0x40000000, 0x20000000
@@ -272,8 +273,8 @@ def _decode_leaf(array: pa.Array, target: pa.DataType) -> pa.Array:
     values = array.storage if isinstance(array, pa.ExtensionArray) else array
     if not (pa.types.is_large_binary(values.type) or pa.types.is_binary(values.type)):
         raise CorruptFileError("", f"a JSON column stored as {values.type}, not JSONB bytes")
-    texts = [None if v is None else decode_value(v) for v in values.to_pylist()]
-    return pa.ExtensionArray.from_storage(target, pa.array(texts, target.storage_type))
+    texts = decode_column(values)
+    return pa.ExtensionArray.from_storage(target, texts.cast(target.storage_type))
 
 
 def _encode_leaf(array: pa.Array, target: pa.DataType) -> pa.Array:

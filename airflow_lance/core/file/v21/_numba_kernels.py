@@ -142,3 +142,13 @@ def copy_ranges(source, starts, lengths, out):  # pragma: no cover - compiled
         out[at: at + length] = source[start: start + length]
         at += length
 
+
+
+@numba.njit(**_JIT)
+def scatter_ranges(source, starts, lengths, out, destinations):  # pragma: no cover - compiled
+    """``source[s:s+l]`` into ``out[d:d+l]`` for every (s, l, d); ranges must be in bounds."""
+    for r in range(len(starts)):
+        start = starts[r]
+        length = lengths[r]
+        to = destinations[r]
+        out[to: to + length] = source[start: start + length]
