@@ -14,8 +14,16 @@ with numpy over all containers of that level:
    container's and its preceding siblings';
 4. one output buffer is filled: brackets and separators by scatter, leaf texts by one ranged copy.
 
+With the compiled loops (the ``fast`` extra, :mod:`.file.v21.kernels`) one loop walks each
+document instead, twice: once for the texts' lengths and the doubles' positions, once to write
+the texts (doubles, formatted by Python's ``repr`` in between, copied in). A value it does not
+handle (a decimal, nesting deeper than 256, anything malformed) sends the column to the numpy
+path, which names what is wrong. Measured on 200,000 documents of five keys with a nested array
+(``write_dataset`` of pylance 14, read back with ``to_table``): 3.5 s one value at a time before,
+1.2 s with numpy, 0.21 s compiled; pylance 0.05 s.
+
 The result equals :func:`.jsonb.decode_value` of every value (the tests compare both on random
-documents and on pylance's files); a malformed value is a ``CorruptFileError``.
+documents, both paths, and on pylance's files); a malformed value is a ``CorruptFileError``.
 """
 
 from __future__ import annotations
@@ -136,10 +144,7 @@ def _numbers(data: np.ndarray, start: np.ndarray, length: np.ndarray, pieces: _P
         values = _be_uint(data, start[double] + 1, 8).view(np.float64)
         if not np.isfinite(values).all():
             raise _Corrupt(f"JSONB holds {values[~np.isfinite(values)][0]}, which JSON text cannot")
-        # Python's shortest repr (as the single-value decoder), with Rust's exponent (1e-7, not 1e-07)
-        texts = pc.replace_substring_regex(pa.array([repr(v) for v in values.tolist()], pa.string()),
-                                           pattern=r"e([+-])0(\d)$", replacement=r"e\1\2")
-        place(double, texts)
+        place(double, _double_texts(values))
     if np.isin(tag, (0x10, 0x20, 0x30)).any():
         raise _Corrupt("JSONB holds NaN or an infinity, which JSON text cannot")
     rest = np.flatnonzero(~done)
@@ -154,13 +159,6 @@ def decode_column(values: pa.Array, where: str = "") -> pa.Array:
     large binary array); nulls stay null. ``CorruptFileError`` for a malformed value."""
     from airflow_lance.core.jsonb import _read_number
 
-    try:
-        return _decode(values, _read_number)
-    except (_Corrupt, ValueError, IndexError, pa.ArrowInvalid) as exc:
-        raise CorruptFileError(where, f"malformed JSONB value: {exc}") from None
-
-
-def _decode(values: pa.Array, read_number) -> pa.Array:
     if pa.types.is_binary(values.type):
         values = values.cast(pa.large_binary())
     n = len(values)
@@ -169,6 +167,75 @@ def _decode(values: pa.Array, read_number) -> pa.Array:
     data = np.frombuffer(buffer, dtype=np.uint8) if buffer is not None else np.zeros(0, dtype=np.uint8)
     valid = np.ones(n, dtype=bool) if values.null_count == 0 else values.is_valid().to_numpy(zero_copy_only=False)
     rows = np.flatnonzero(valid)
+    try:
+        loops = kernels.compiled(int(offsets[-1] - offsets[0]))
+        texts = None if loops is None else _compiled(loops, data, offsets, rows)
+        if texts is None:
+            texts = _decode(data, offsets, rows, _read_number)
+        row_offsets, out = texts
+        validity = None if values.null_count == 0 else pa.py_buffer(np.packbits(valid, bitorder="little"))
+        result = pa.LargeStringArray.from_buffers(n, pa.py_buffer(row_offsets), pa.py_buffer(out), validity,
+                                                  values.null_count)
+        result.validate(full=True)  # UTF-8: a string's bad bytes stay bad between the text's ASCII
+        return result
+    except (_Corrupt, ValueError, IndexError, pa.ArrowInvalid) as exc:
+        raise CorruptFileError(where, f"malformed JSONB value: {exc}") from None
+
+
+def _escapes() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per byte: its length inside a JSON string (1, 2 for a short escape, 6 for \\u00XX) and its
+    short escape letter; the hex digits. As ``json.dumps(..., ensure_ascii=False)`` escapes."""
+    length = np.ones(256, dtype=np.int64)
+    length[:0x20] = 6
+    letter = np.zeros(256, dtype=np.uint8)
+    for byte, char in ((0x22, '"'), (0x5C, "\\"), (0x08, "b"), (0x0C, "f"), (0x0A, "n"), (0x0D, "r"), (0x09, "t")):
+        length[byte] = 2
+        letter[byte] = ord(char)
+    return length, letter, np.frombuffer(b"0123456789abcdef", dtype=np.uint8).copy()
+
+
+_ESCAPE_LENGTH, _ESCAPE_LETTER, _HEX = _escapes()
+
+
+def _double_texts(values: np.ndarray) -> pa.Array:
+    # Python's shortest repr (as the one-value decoder), with Rust's exponent (1e-7, not 1e-07)
+    return pc.replace_substring_regex(pa.array([repr(v) for v in values.tolist()], pa.string()),
+                                      pattern=r"e([+-])0(\d)$", replacement=r"e\1\2")
+
+
+def _compiled(loops, data: np.ndarray, offsets: np.ndarray, rows: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray] | None:
+    """(row offsets, text bytes) by the compiled loop's two passes, or None when a value needs the
+    numpy path (a decimal, deep nesting, or something malformed, which it then names)."""
+    starts, ends = offsets[rows].astype(np.int64), offsets[rows + 1].astype(np.int64)
+    capacity = len(data) // 13 + 1  # a double takes an entry and a tag and 8 bytes
+    double_at = np.empty(capacity, dtype=np.int64)
+    double_row = np.empty(capacity, dtype=np.int64)
+    lengths = np.zeros(len(rows), dtype=np.int64)
+    no_text, no_offsets = np.zeros(0, dtype=np.uint8), np.zeros(1, dtype=np.int64)
+    status, doubles = loops.jsonb_text(data, starts, ends, _ESCAPE_LENGTH, _ESCAPE_LETTER, _HEX, False, no_text,
+                                       lengths, lengths, double_at, double_row, no_text, no_offsets)
+    if status:
+        return None
+    values = _be_uint(data, double_at[:doubles], 8).view(np.float64)
+    texts = _double_texts(values).cast(pa.large_string())
+    text_offsets = np.frombuffer(texts.buffers()[1], dtype=np.int64)[: doubles + 1]
+    text = np.frombuffer(texts.buffers()[2], dtype=np.uint8) if doubles else no_text
+    lengths += np.bincount(double_row[:doubles], weights=np.diff(text_offsets), minlength=len(rows)).astype(np.int64)
+    row_len = np.zeros(len(offsets) - 1, dtype=np.int64)
+    row_len[rows] = lengths
+    row_offsets = exclusive_cumsum(row_len)
+    out = np.empty(int(row_offsets[-1]), dtype=np.uint8)
+    status, _ = loops.jsonb_text(data, starts, ends, _ESCAPE_LENGTH, _ESCAPE_LETTER, _HEX, True, out,
+                                 row_offsets[:-1][rows], lengths, double_at, double_row, text, text_offsets)
+    if status:
+        raise _Corrupt("a value read differently by the second pass")
+    return row_offsets, out
+
+
+def _decode(data: np.ndarray, offsets: np.ndarray, rows: np.ndarray, read_number
+            ) -> tuple[np.ndarray, np.ndarray]:
+    n = len(offsets) - 1
 
     # --- 1. top down: every level's containers split into elements ---------------------------
     # nodes: every root and every element; containers are nodes too (their own level's entries)
@@ -309,6 +376,4 @@ def _decode(values: pa.Array, read_number) -> pa.Array:
     out[out_start[q]] = ord('"')
     out[out_start[q] + text_len[q] - 1] = ord('"')
 
-    validity = None if values.null_count == 0 else pa.py_buffer(np.packbits(valid, bitorder="little"))
-    return pa.LargeStringArray.from_buffers(n, pa.py_buffer(row_offsets), pa.py_buffer(out), validity,
-                                            values.null_count)
+    return row_offsets, out

@@ -152,3 +152,218 @@ def scatter_ranges(source, starts, lengths, out, destinations):  # pragma: no co
         length = lengths[r]
         to = destinations[r]
         out[to: to + length] = source[start: start + length]
+
+
+# -- JSONB to JSON text (see airflow_lance.core.jsonb_text) -----------------------------------------
+
+_JSONB_DEPTH = 256  # deeper documents take the numpy path
+_U8 = np.uint64(8)
+_U10 = np.uint64(10)
+
+
+@numba.njit(**_JIT)
+def _be_u64(data, at, width):  # pragma: no cover - compiled
+    value = np.uint64(0)
+    for k in range(width):
+        value = (value << _U8) | np.uint64(data[at + k])
+    return value
+
+
+@numba.njit(**_JIT)
+def _put_digits(out, at, magnitude, write):  # pragma: no cover - compiled
+    """Decimal digits of a uint64 at ``out[at:]`` (when ``write``); returns how many."""
+    count = 1
+    rest = magnitude
+    while rest >= _U10:
+        rest = rest // _U10
+        count += 1
+    if write:
+        rest = magnitude
+        for k in range(count - 1, -1, -1):
+            out[at + k] = np.uint8(48 + np.int64(rest % _U10))
+            rest = rest // _U10
+    return count
+
+
+@numba.njit(**_JIT)
+def jsonb_text(data, starts, ends, escape_len, escape_char, hexdigits, write, out, out_starts, lengths,
+               double_at, double_row, double_text, double_offsets):  # pragma: no cover - compiled
+    """Canonical JSON text of the JSONB values ``data[starts[r]:ends[r]]``, two passes.
+
+    Without ``write``: ``lengths[r]`` gets each text's length without its doubles, whose byte
+    positions and rows go to ``double_at``/``double_row``. With ``write``: the texts go to
+    ``out[out_starts[r]:]``, the doubles' texts taken in the same order from ``double_text``
+    (``double_offsets``). Returns (status, doubles seen): status 0, or 1 when a value is malformed,
+    holds a decimal or nests deeper than the stack (the caller then takes the numpy path, which
+    names the cause).
+    """
+    f_type = np.empty(_JSONB_DEPTH, dtype=np.int64)
+    f_count = np.empty(_JSONB_DEPTH, dtype=np.int64)
+    f_next = np.empty(_JSONB_DEPTH, dtype=np.int64)
+    f_entries = np.empty(_JSONB_DEPTH, dtype=np.int64)
+    f_key = np.empty(_JSONB_DEPTH, dtype=np.int64)
+    f_value = np.empty(_JSONB_DEPTH, dtype=np.int64)
+    f_end = np.empty(_JSONB_DEPTH, dtype=np.int64)
+    doubles = 0
+    size = len(data)
+    for r in range(len(starts)):
+        pos = out_starts[r] if write else 0
+        kind = 0x50000000  # the row: a container spanning the value
+        begin = starts[r]
+        length = ends[r] - starts[r]
+        depth = 0
+        while True:
+            if kind == 0x50000000:  # open a container
+                if length < 4 or depth == _JSONB_DEPTH:
+                    return 1, doubles
+                header = np.int64(_be_u64(data, begin, 4))
+                ctype = header & 0xE0000000
+                count = header & 0x1FFFFFFF
+                if ctype == 0x40000000:
+                    entries = 2 * count
+                elif ctype == 0x80000000:
+                    entries = count
+                elif ctype == 0x20000000:
+                    entries = 1
+                else:
+                    return 1, doubles
+                head = 4 + 4 * entries
+                if head > length:
+                    return 1, doubles
+                f_type[depth] = ctype
+                f_count[depth] = count
+                f_next[depth] = 0
+                f_entries[depth] = begin + 4
+                f_key[depth] = begin + head
+                f_end[depth] = begin + length
+                keys = 0
+                if ctype == 0x40000000:
+                    for i in range(count):
+                        keys += np.int64(_be_u64(data, begin + 4 + 4 * i, 4)) & 0x0FFFFFFF
+                f_value[depth] = begin + head + keys
+                depth += 1
+                if ctype != 0x20000000:
+                    if write:
+                        out[pos] = 123 if ctype == 0x40000000 else 91
+                    pos += 1
+            else:  # a leaf
+                if kind == 0x00000000:  # null
+                    if write:
+                        out[pos], out[pos + 1], out[pos + 2], out[pos + 3] = 110, 117, 108, 108
+                    pos += 4
+                elif kind == 0x40000000:  # true
+                    if write:
+                        out[pos], out[pos + 1], out[pos + 2], out[pos + 3] = 116, 114, 117, 101
+                    pos += 4
+                elif kind == 0x30000000:  # false
+                    if write:
+                        out[pos], out[pos + 1], out[pos + 2], out[pos + 3], out[pos + 4] = 102, 97, 108, 115, 101
+                    pos += 5
+                elif kind == 0x10000000:  # string
+                    if write:
+                        out[pos] = 34
+                        at = pos + 1
+                        for k in range(begin, begin + length):
+                            byte = data[k]
+                            extra = escape_len[byte]
+                            if extra == 1:
+                                out[at] = byte
+                            elif extra == 2:
+                                out[at] = 92
+                                out[at + 1] = escape_char[byte]
+                            else:
+                                out[at] = 92
+                                out[at + 1] = 117
+                                out[at + 2] = 48
+                                out[at + 3] = 48
+                                out[at + 4] = hexdigits[byte >> 4]
+                                out[at + 5] = hexdigits[byte & 15]
+                            at += extra
+                        out[at] = 34
+                        pos = at + 1
+                    else:
+                        total = 2
+                        for k in range(begin, begin + length):
+                            total += escape_len[data[k]]
+                        pos += total
+                elif kind == 0x20000000:  # number
+                    if length < 1:
+                        return 1, doubles
+                    tag = data[begin]
+                    body = length - 1
+                    if tag == 0x00:
+                        if write:
+                            out[pos] = 48
+                        pos += 1
+                    elif (tag == 0x40 or tag == 0x50) and (body == 1 or body == 2 or body == 4 or body == 8):
+                        raw = _be_u64(data, begin + 1, body)
+                        negative = tag == 0x40 and (raw >> np.uint64(8 * body - 1)) == np.uint64(1)
+                        if negative:
+                            if body == 8:
+                                magnitude = (~raw) + np.uint64(1)
+                            else:
+                                magnitude = (np.uint64(1) << np.uint64(8 * body)) - raw
+                            if write:
+                                out[pos] = 45
+                            pos += 1
+                        else:
+                            magnitude = raw
+                        pos += _put_digits(out, pos, magnitude, write)
+                    elif tag == 0x60 and body == 8:
+                        bits = _be_u64(data, begin + 1, 8)
+                        if (bits >> np.uint64(52)) & np.uint64(0x7FF) == np.uint64(0x7FF):
+                            return 1, doubles  # NaN or an infinity
+                        if write:
+                            text_start = double_offsets[doubles]
+                            text_end = double_offsets[doubles + 1]
+                            out[pos: pos + text_end - text_start] = double_text[text_start: text_end]
+                            pos += text_end - text_start
+                        else:
+                            double_at[doubles] = begin + 1
+                            double_row[doubles] = r
+                        doubles += 1
+                    else:
+                        return 1, doubles  # decimals and malformed numbers
+                else:
+                    return 1, doubles
+            # the next element, closing finished containers
+            kind = -1
+            while depth > 0:
+                top = depth - 1
+                ctype = f_type[top]
+                count = f_count[top]
+                total = 2 * count if ctype == 0x40000000 else (count if ctype == 0x80000000 else 1)
+                index = f_next[top]
+                if index == total:
+                    if ctype != 0x20000000:
+                        if write:
+                            out[pos] = 125 if ctype == 0x40000000 else 93
+                        pos += 1
+                    depth -= 1
+                    continue
+                if index > 0 and ctype != 0x20000000:
+                    if write:
+                        out[pos] = 58 if (ctype == 0x40000000 and index % 2 == 1) else 44
+                    pos += 1
+                if ctype == 0x40000000:
+                    entry_index = index // 2 if index % 2 == 0 else count + index // 2
+                    from_keys = index % 2 == 0
+                else:
+                    entry_index = index
+                    from_keys = True
+                entry = np.int64(_be_u64(data, f_entries[top] + 4 * entry_index, 4))
+                length = entry & 0x0FFFFFFF
+                kind = entry & 0x70000000
+                begin = f_key[top] if from_keys else f_value[top]
+                if begin + length > f_end[top] or begin + length > size:
+                    return 1, doubles
+                if from_keys:
+                    f_key[top] = begin + length
+                else:
+                    f_value[top] = begin + length
+                f_next[top] = index + 1
+                break
+            if kind == -1:
+                break
+        lengths[r] = pos - out_starts[r] if write else pos
+    return 0, doubles
