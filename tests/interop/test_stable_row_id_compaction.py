@@ -122,3 +122,49 @@ def test_without_stable_row_ids_those_fragments_stay(tmp_path):
     metrics = lance.dataset(uri).optimize.compact_files(target_rows_per_fragment=10_000)
     assert (metrics.fragments_skipped_indexed, metrics.fragments_removed) == (3, 2)
     assert _indices(uri) == before
+
+
+def _live(uri: str) -> pa.Table:
+    return pylance.dataset(uri).to_table(columns=["id", "text"], with_row_id=True).sort_by("id")
+
+
+@pytest.mark.parametrize("days", [6])
+def test_days_of_appends_deletes_index_updates_and_our_maintenance(tmp_path, days):
+    """A dataset with stable row ids, a full-text and an HNSW index: every day rows are appended
+    (by pylance and by us in turn) and deleted, pylance folds the new rows into its indices every
+    other day, and we compact and clean up. Every day pylance's full-text search finds exactly the
+    live matching rows, its vector search no deleted row, and every row keeps the id it was given."""
+    import datetime as dt
+
+    uri = str(tmp_path / "d")
+    pylance.write_dataset(_table(0, 400), uri, max_rows_per_file=100, enable_stable_row_ids=True)
+    _create(uri, "INVERTED")
+    _create(uri, "IVF_HNSW_SQ")
+    row_ids = dict(zip(*(_live(uri).column(c).to_pylist() for c in ("id", "_rowid")), strict=True))
+    next_id, deleted = 400, set()
+    for day in range(days):
+        batch = _table(next_id, next_id + 60)
+        if day % 2:
+            pylance.write_dataset(batch, uri, mode="append", max_rows_per_file=30)
+        else:
+            lance.write_dataset(batch, uri, mode="append", max_rows_per_file=30)
+        next_id += 60
+        lance.dataset(uri).delete(f"id % 13 = {day}")
+        deleted |= {i for i in range(next_id) if i % 13 == day}
+        if day % 2:
+            pylance.dataset(uri).optimize.optimize_indices()
+        metrics = lance.dataset(uri).optimize.compact_files(target_rows_per_fragment=250)
+        assert metrics.fragments_skipped_indexed == 0 and metrics.fragments_removed >= 3
+        assert len(pylance.dataset(uri).get_fragments()) <= 4  # indexed fragments compacted too
+        if day % 3 == 2:
+            lance.dataset(uri).cleanup_old_versions(older_than=dt.timedelta(0))
+
+        live = _live(uri)
+        assert lance.dataset(uri).to_table(columns=["id", "text"]).sort_by("id").equals(live.select(["id", "text"]))
+        for rid, row in zip(live.column("_rowid").to_pylist(), live.column("id").to_pylist(), strict=True):
+            assert row_ids.setdefault(row, rid) == rid, (day, row)
+        expected = sorted(pc.filter(live, pc.match_substring(live["text"], "banana")).column("id").to_pylist())
+        assert _found(uri, "INVERTED") == expected, day
+        assert set(live.column("id").to_pylist()) == set(range(next_id)) - deleted
+        found = set(_found(uri, "IVF_HNSW_SQ"))
+        assert found and not found & deleted, day
