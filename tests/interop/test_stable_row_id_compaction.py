@@ -128,7 +128,7 @@ def _live(uri: str) -> pa.Table:
     return pylance.dataset(uri).to_table(columns=["id", "text"], with_row_id=True).sort_by("id")
 
 
-@pytest.mark.parametrize("days", [6])
+@pytest.mark.parametrize("days", [20, pytest.param(120, marks=pytest.mark.slow)])
 def test_days_of_appends_deletes_index_updates_and_our_maintenance(tmp_path, days):
     """A dataset with stable row ids, a full-text and an HNSW index: every day rows are appended
     (by pylance and by us in turn) and deleted, pylance folds the new rows into its indices every
@@ -149,13 +149,16 @@ def test_days_of_appends_deletes_index_updates_and_our_maintenance(tmp_path, day
         else:
             lance.write_dataset(batch, uri, mode="append", max_rows_per_file=30)
         next_id += 60
-        lance.dataset(uri).delete(f"id % 13 = {day}")
-        deleted |= {i for i in range(next_id) if i % 13 == day}
+        lance.dataset(uri).delete(f"id % 13 = {day % 13}")
+        deleted |= {i for i in range(next_id) if i % 13 == day % 13}
         if day % 2:
             pylance.dataset(uri).optimize.optimize_indices()
         metrics = lance.dataset(uri).optimize.compact_files(target_rows_per_fragment=250)
         assert metrics.fragments_skipped_indexed == 0 and metrics.fragments_removed >= 3
-        assert len(pylance.dataset(uri).get_fragments()) <= 4  # indexed fragments compacted too
+        # indexed fragments compacted too: about one fragment per 250 rows, and more where fragments
+        # covered by different index segments stay apart (as pylance keeps them)
+        ds = pylance.dataset(uri)
+        assert len(ds.get_fragments()) <= ds.count_rows() // 250 + len(ds.list_indices()) + 2
         if day % 3 == 2:
             lance.dataset(uri).cleanup_old_versions(older_than=dt.timedelta(0))
 
