@@ -5,7 +5,8 @@ One real ``spark-submit`` ``local[2]`` runs ``run_merge_insert`` (from the shipp
 case; the test commits each staged ``Update`` as the operator does. Cases: an upsert on a dataset
 without stable row ids (matching, deletion vectors and writing fused into one Spark job), the same
 upsert on one with stable row ids and deletions (match first, then the writers: updated rows keep
-their ids), insert-only and update-only, a two-column key. The same job checks that
+their ids), insert-only and update-only, a two-column key, and an upsert into a JSON column (pylance's
+JSONB) from the text Spark holds (canonical JSON after the merge, as pylance's from JSON values). The same job checks that
 ``direct.load_parquet`` gives the schema and rows Spark's own inference gives, for every type it
 takes (and ``direct.plain_parquet_plan`` the direct plan of that DataFrame, from the footers
 alone), and that both decline the types they do not take.
@@ -66,24 +67,32 @@ spark.stop()
 N = 3000
 
 
-def _target(stable: bool) -> pa.Table:
+def _target(stable: bool, with_json: bool = False) -> pa.Table:
     ids = np.arange(N)
-    return pa.table({
+    table = pa.table({
         "id": pa.array(ids, pa.int64()),
         "label": pa.array([f"t{i % 7}" for i in ids]),
         "price": pa.array(ids * 0.5),
         "vec": pa.FixedSizeListArray.from_arrays(pa.array(np.repeat(ids, 4).astype(np.float32)), 4),
     })
+    if with_json:  # a JSON column (pylance stores JSONB)
+        table = table.append_column("doc", pa.array([None if i % 11 == 0 else json.dumps({"i": int(i), "t": [int(i) % 3]})
+                                                     for i in ids], pa.json_(pa.string())))
+    return table
 
 
-def _source() -> pa.Table:
+def _source(with_json: bool = False) -> pa.Table:
     ids = [*range(2500, 3500), *range(0, 600, 3), None]
-    return pa.table({
+    table = pa.table({
         "id": pa.array(ids, pa.int64()),
         "label": pa.array([f"t{(i or 0) % 7}" if (i or 0) % 2 else "s" for i in ids]),
         "price": pa.array([1000.0 + (i or 0) for i in ids]),
         "vec": pa.FixedSizeListArray.from_arrays(pa.array(np.repeat([i or 0 for i in ids], 4), pa.float32()), 4),
     })
+    if with_json:  # Spark holds JSON as text: keys unsorted, spaces, nested, unicode
+        table = table.append_column("doc", pa.array(
+            [None if (i or 0) % 7 == 0 else f'{{"z": {i}, "a": [1.5, "ü", {{"k": null}}], "i": -{i}}}' for i in ids]))
+    return table
 
 
 #: case -> (stable row ids, on, when_matched_update_all, when_not_matched_insert_all)
@@ -93,6 +102,7 @@ CASES = {
     "insert_only": (False, ("id",), False, True),
     "update_only": (True, ("id",), True, False),
     "two_keys": (False, ("id", "label"), True, True),
+    "json": (False, ("id",), True, True),  # a JSON column, updated and inserted from text
 }
 
 
@@ -124,13 +134,13 @@ def _typed_sources(root: pathlib.Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def merged(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     work = tmp_path_factory.mktemp("merge-insert-direct")
-    source = work / "source.parquet"
-    pq.write_table(_source(), source, row_group_size=600)  # three row groups: three splits
     specs = {}
     for case, (stable, on, update, insert) in CASES.items():
+        source = work / f"source-{case}.parquet"
+        pq.write_table(_source(case == "json"), source, row_group_size=600)  # three row groups: three splits
         for side in ("ours", "oracle"):
-            ds = pylance.write_dataset(_target(stable), str(work / side / f"{case}.lance"), max_rows_per_file=1000,
-                                       enable_stable_row_ids=stable)
+            ds = pylance.write_dataset(_target(stable, case == "json"), str(work / side / f"{case}.lance"),
+                                       max_rows_per_file=1000, enable_stable_row_ids=stable)
             ds.delete("id IN (5, 2600)")
         uri = str(work / "ours" / f"{case}.lance")
         specs[case] = MergeInsertJobSpec(
@@ -170,7 +180,7 @@ def merged(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             fields_for_preserving_frag_bitmap=list(result.fields_for_preserving_frag_bitmap)), spec.read_version)
         results[case] = result
     return {"work": work, "results": results, "logs": {case: logs[spec.uri] for case, spec in specs.items()},
-            "schemas": schemas, "source": _source()}
+            "schemas": schemas}
 
 
 def _rows(ds: pylance.LanceDataset) -> pa.Table:
@@ -186,7 +196,10 @@ def test_direct_merge_insert_equals_pylance(merged: dict[str, Any], case: str) -
         builder = builder.when_matched_update_all()
     if insert:
         builder = builder.when_not_matched_insert_all()
-    expected = builder.execute(merged["source"])
+    source = _source(case == "json")
+    if case == "json":  # pylance takes JSON as JSON, not as text
+        source = source.set_column(4, "doc", source.column("doc").cast(pa.json_(pa.string())))
+    expected = builder.execute(source)
     result = merged["results"][case]
     assert result.counts == {k: expected[k] for k in result.counts}
     assert expected["num_inserted_rows"] + expected["num_updated_rows"] > 0
