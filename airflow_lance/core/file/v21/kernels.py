@@ -8,7 +8,8 @@ faster than a compiled loop was, with pyarrow 26): pyarrow's
 ``take`` of symbol pairs costs about 12 ns per pair, and every numpy
 operation on a lane slice loops over only 16-32 values. With the ``fast``
 extra (``pip install 'airflow-lance[fast]'``, numba) they run as compiled
-loops (``_numba_kernels``) that release the GIL; without it, or with
+loops (``_numba_kernels``) that release the GIL (as does the walk of JSONB documents into JSON
+text, :mod:`airflow_lance.core.jsonb_text`); without it, or with
 ``AIRFLOW_LANCE_KERNELS=numpy``, the numpy code runs and gives the same bytes.
 
 Inputs below :data:`MIN_VALUES` always take the numpy path, so small reads
