@@ -121,11 +121,18 @@ def encode_value(text: str) -> bytes:
 # ---------------------------------------------------------------------------------------- decoding
 
 
+#: pylance's text of a double: Python's shortest ``repr`` digits, exponent notation below 1e-5 and
+#: from 1e16 on (Python's below 1e-4), the exponent without zero padding (1e-7, not 1e-07).
+_PADDED_EXPONENT = r"e([+-])0(\d)$"
+#: a repr's exponent -5, which pylance writes out: -7.5e-05 -> -0.000075
+_EXPONENT_5 = r"^(-?)(\d)(?:\.(\d+))?e-05$"
+_POSITIONAL_5 = r"\g<1>0.0000\2\3"
+
+
 def _float_text(value: float) -> str:
     if math.isnan(value) or math.isinf(value):
         raise CorruptFileError("", f"JSONB holds {value}, which JSON text cannot")
-    # Python's shortest repr, with Rust's exponent (no zero padding: 1e-7, not 1e-07)
-    return re.sub(r"e([+-])0(\d)$", r"e\g<1>\2", repr(value))
+    return re.sub(_PADDED_EXPONENT, r"e\g<1>\2", re.sub(_EXPONENT_5, _POSITIONAL_5, repr(value)))
 
 
 def _read_number(data: bytes) -> str:

@@ -7,7 +7,7 @@ with numpy over all containers of that level:
    with vectorised gathers; an object's keys and values interleaved in output order);
 2. each leaf's text is built in bulk: strings are their own bytes between quotes (the few that
    need escapes go through ``json.dumps``), integers of every width and sign are cast to text by
-   Arrow, doubles get Python's shortest ``repr`` with Rust's exponent, ``null``/``true``/``false``
+   Arrow, doubles get Python's shortest ``repr`` in pylance's notation, ``null``/``true``/``false``
    are constants;
 3. bottom up, each container's text length is its elements' lengths plus brackets and
    separators; top down again, each element's position in the output follows from its
@@ -198,9 +198,11 @@ _ESCAPE_LENGTH, _ESCAPE_LETTER, _HEX = _escapes()
 
 
 def _double_texts(values: np.ndarray) -> pa.Array:
-    # Python's shortest repr (as the one-value decoder), with Rust's exponent (1e-7, not 1e-07)
-    return pc.replace_substring_regex(pa.array([repr(v) for v in values.tolist()], pa.string()),
-                                      pattern=r"e([+-])0(\d)$", replacement=r"e\1\2")
+    """pylance's texts of doubles (see ``jsonb._float_text``): Python's repr, its exponent -5 written
+    out, other exponents without zero padding."""
+    texts = pa.array([repr(v) for v in values.tolist()], pa.string())
+    texts = pc.replace_substring_regex(texts, pattern=r"^(-?)(\d)(?:\.(\d+))?e-05$", replacement=r"\10.0000\2\3")
+    return pc.replace_substring_regex(texts, pattern=r"e([+-])0(\d)$", replacement=r"e\1\2")
 
 
 def _compiled(loops, data: np.ndarray, offsets: np.ndarray, rows: np.ndarray

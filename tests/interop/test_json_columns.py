@@ -4,9 +4,11 @@ pylance 14 is the oracle: the same bytes for the same text, the same canonical t
 
 from __future__ import annotations
 
+import json
 import os
 
 import lance as pylance
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -20,7 +22,8 @@ from airflow_lance.core.schema import LanceSchema
 TEXTS = ['{"b": 2, "a": [1, 2.5, null, "x"]}', None, '"é\\u0001\\"/\\n"', "0", "12", "-3", "-128", "-129", "256",
          "65536", "4294967296", "18446744073709551615", "-9223372036854775808", "123456789012345678901", "1.0",
          "-0.0", "1e21", "1e-7", "2.5E+3", "0.1", "true", "false", "null", "{}", "[]",
-         '{"aa": 1, "b": 2, "B": 3, "ab": 4}', '{"nested": {"z": 1, "y": [{"k": "v"}, []]}}']
+         '{"aa": 1, "b": 2, "B": 3, "ab": 4}', '{"nested": {"z": 1, "y": [{"k": "v"}, []]}}',
+         "1e-5", "-7.585928232854437e-5", "1.234e-6", "1e-4", "1e15", "1e16"]
 
 
 def _json(texts: list[str | None]) -> pa.Array:
@@ -68,6 +71,20 @@ def test_we_read_and_write_json_as_pylance(tmp_path, version):
     canonical = expected.column("doc").to_pylist()
     assert canonical[0] == '{"a":[1,2.5,null,"x"],"b":2}' and canonical[17] == "1e-7"
     assert ours.dataset(mine).take([0, 13, 26]).equals(expected.take([0, 13, 26]))
+
+
+def test_doubles_of_every_magnitude_read_as_pylance_writes_them(tmp_path, loops):
+    """pylance's notation of a double: shortest digits, exponent notation below 1e-5 and from 1e16 on
+    (until December 2026 we wrote 1e-5 <= |x| < 1e-4 with an exponent, as Python does)."""
+    rng = np.random.default_rng(7)
+    exponents = np.arange(-320, 308)
+    values = rng.uniform(1, 9.9, len(exponents)) * 10.0 ** exponents.astype(float)
+    values = np.concatenate([values, -values[::7], 10.0 ** np.arange(-8, 18).astype(float), [0.1, 0.5, 100.0, 5e-324]])
+    values = values[np.isfinite(values)]
+    texts = [json.dumps(v) for v in values.tolist()] + [json.dumps(values[i: i + 5].tolist()) for i in range(0, 600, 5)]
+    uri = str(tmp_path / "d")
+    pylance.write_dataset(pa.table({"doc": _json(texts)}), uri)
+    assert ours.dataset(uri).to_table().equals(pylance.dataset(uri).to_table())
 
 
 def test_json_in_maps_as_pylance(tmp_path):
