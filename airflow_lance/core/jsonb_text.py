@@ -241,13 +241,14 @@ def _decode(data: np.ndarray, offsets: np.ndarray, rows: np.ndarray, read_number
 
     # --- 1. top down: every level's containers split into elements ---------------------------
     # nodes: every root and every element; containers are nodes too (their own level's entries)
-    kind = [np.full(len(rows), _CONTAINER, dtype=np.int64)]
-    start = [offsets[rows].astype(np.int64)]
-    length = [(offsets[rows + 1] - offsets[rows]).astype(np.int64)]
-    levels = []  # per level: (container node ids, their types, element node ids in output order, parents)
+    node_kind = np.full(len(rows), _CONTAINER, dtype=np.int64)
+    node_start = offsets[rows].astype(np.int64)
+    node_len = (offsets[rows + 1] - offsets[rows]).astype(np.int64)
+    # per level: its containers' node ids and types, then for their elements in output order: node
+    # ids, containers (positions in the level) and whether each is an object's value (not a key)
+    levels = []
     count = len(rows)
     frontier = np.arange(count, dtype=np.int64)
-    node_kind, node_start, node_len = kind[0], start[0], length[0]
     while len(frontier):
         c_start, c_len = node_start[frontier], node_len[frontier]
         if bool((c_len < 4).any()):
@@ -282,7 +283,7 @@ def _decode(data: np.ndarray, offsets: np.ndarray, rows: np.ndarray, read_number
         node_kind = np.concatenate([node_kind, e_kind])
         node_start = np.concatenate([node_start, e_start])
         node_len = np.concatenate([node_len, e_len])
-        levels.append((frontier, c_type, ids[order], parent[order], pair[order] % 2 if total else pair))
+        levels.append((frontier, c_type, ids[order], parent[order], pair[order] % 2))
         frontier = ids[e_kind == _CONTAINER]
 
     # --- 2. leaves' texts ----------------------------------------------------------------------
