@@ -11,6 +11,7 @@ both, none of them deleted.
 
 from __future__ import annotations
 
+import datetime as dt
 import shutil
 
 import lance as pylance
@@ -134,8 +135,6 @@ def test_days_of_appends_deletes_index_updates_and_our_maintenance(tmp_path, day
     (by pylance and by us in turn) and deleted, pylance folds the new rows into its indices every
     other day, and we compact and clean up. Every day pylance's full-text search finds exactly the
     live matching rows, its vector search no deleted row, and every row keeps the id it was given."""
-    import datetime as dt
-
     uri = str(tmp_path / "d")
     pylance.write_dataset(_table(0, 400), uri, max_rows_per_file=100, enable_stable_row_ids=True)
     _create(uri, "INVERTED")
@@ -171,3 +170,45 @@ def test_days_of_appends_deletes_index_updates_and_our_maintenance(tmp_path, day
         assert set(live.column("id").to_pylist()) == set(range(next_id)) - deleted
         found = set(_found(uri, "IVF_HNSW_SQ"))
         assert found and not found & deleted, day
+
+
+@pytest.mark.parametrize("concurrent", ["index update", "append and index update", "delete in a rewritten fragment"])
+def test_concurrent_pylance_work_fails_our_commit_cleanly_and_a_retry_lands(tmp_path, concurrent):
+    """pylance commits between our compaction's plan and its commit: our commit is a typed conflict
+    that changes nothing (searches stay exact), its files are discarded, and a new plan commits."""
+    uri = str(tmp_path / "d")
+    pylance.write_dataset(_table(0, 300), uri, max_rows_per_file=50, enable_stable_row_ids=True)
+    _create(uri, "INVERTED")
+    _create(uri, "IVF_HNSW_SQ")
+    lance.write_dataset(_table(300, 340), uri, mode="append")
+    lance.dataset(uri).delete("id % 10 = 3")
+    plan = lance.Compaction.plan(uri, target_rows_per_fragment=1000)
+    results = [task.execute(uri) for task in plan.tasks]
+    dead = {i for i in range(340) if i % 10 == 3}
+    if concurrent == "index update":
+        pylance.dataset(uri).optimize.optimize_indices()
+    elif concurrent == "append and index update":
+        pylance.write_dataset(_table(340, 380), uri, mode="append")
+        pylance.dataset(uri).optimize.optimize_indices()
+    else:
+        pylance.dataset(uri).delete("id = 11")
+        dead.add(11)
+    version = pylance.dataset(uri).version
+    with pytest.raises(lance.CommitConflictError):
+        lance.Compaction.commit(uri, results)
+    assert pylance.dataset(uri).version == version
+    assert lance.Compaction.discard(uri, results) > 0
+
+    def exact() -> None:
+        live = _live(uri)
+        assert set(live.column("id").to_pylist()).isdisjoint(dead)
+        expected = sorted(pc.filter(live, pc.match_substring(live["text"], "banana")).column("id").to_pylist())
+        assert _found(uri, "INVERTED") == expected
+        assert not set(_found(uri, "IVF_HNSW_SQ")) & dead
+
+    exact()
+    metrics = lance.dataset(uri).optimize.compact_files(target_rows_per_fragment=1000)
+    assert metrics.fragments_removed > 0 and metrics.fragments_skipped_indexed == 0
+    exact()
+    lance.dataset(uri).cleanup_old_versions(older_than=dt.timedelta(0))
+    exact()
