@@ -15,8 +15,9 @@ whitespace. The format, big-endian throughout:
   NaN ``0x10``, +inf ``0x20``, -inf ``0x30``; decimals ``0x70`` (value, scale).
 
 Text is parsed with the standard library: integers that fit 64 bits are integers (unsigned if not
-negative), anything else a double, as the ``jsonb`` parser does. Values are converted one by one
-(a JSON document is a tree); columns are converted where they cross the file boundary.
+negative), anything else a double, as the ``jsonb`` parser does. Columns are converted where they cross
+the file boundary: written value by value (a JSON document is a tree), read as whole columns
+(:mod:`.jsonb_text`; :func:`decode_value` is its oracle in the tests).
 """
 
 from __future__ import annotations
