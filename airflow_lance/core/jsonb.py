@@ -33,7 +33,7 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_lance.core.errors import CorruptFileError, InvalidInputError
-from airflow_lance.core.jsonb_text import decode_column
+from airflow_lance.core.jsonb_text import DOUBLE_NOTATION, decode_column
 
 EXTENSION_NAME = b"lance.json"
 _ARRAY, _OBJECT, _SCALAR = 0x80000000, 0x40000000, 0x20000000
@@ -122,18 +122,19 @@ def encode_value(text: str) -> bytes:
 # ---------------------------------------------------------------------------------------- decoding
 
 
-#: pylance's text of a double: Python's shortest ``repr`` digits, exponent notation below 1e-5 and
-#: from 1e16 on (Python's below 1e-4), the exponent without zero padding (1e-7, not 1e-07).
-_PADDED_EXPONENT = r"e([+-])0(\d)$"
-#: a repr's exponent -5, which pylance writes out: -7.5e-05 -> -0.000075
-_EXPONENT_5 = r"^(-?)(\d)(?:\.(\d+))?e-05$"
-_POSITIONAL_5 = r"\g<1>0.0000\2\3"
+#: ``jsonb_text.DOUBLE_NOTATION`` for Python's ``re`` (RE2's `\1` is its `\g<1>`)
+_DOUBLE_NOTATION = tuple((re.compile(pattern), re.sub(r"\\(\d)", r"\\g<\1>", replacement))
+                         for pattern, replacement in DOUBLE_NOTATION)
 
 
 def _float_text(value: float) -> str:
+    """pylance's text of a double (``jsonb_text.DOUBLE_NOTATION``)."""
     if math.isnan(value) or math.isinf(value):
         raise CorruptFileError("", f"JSONB holds {value}, which JSON text cannot")
-    return re.sub(_PADDED_EXPONENT, r"e\g<1>\2", re.sub(_EXPONENT_5, _POSITIONAL_5, repr(value)))
+    text = repr(value)
+    for pattern, replacement in _DOUBLE_NOTATION:
+        text = pattern.sub(replacement, text)
+    return text
 
 
 def _read_number(data: bytes) -> str:

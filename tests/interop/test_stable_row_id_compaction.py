@@ -125,10 +125,6 @@ def test_without_stable_row_ids_those_fragments_stay(tmp_path):
     assert _indices(uri) == before
 
 
-def _live(uri: str) -> pa.Table:
-    return pylance.dataset(uri).to_table(columns=["id", "text"], with_row_id=True).sort_by("id")
-
-
 @pytest.mark.parametrize("days", [20, pytest.param(120, marks=pytest.mark.slow)])
 def test_days_of_appends_deletes_index_updates_and_our_maintenance(tmp_path, days):
     """A dataset with stable row ids, a full-text and an HNSW index: every day rows are appended
@@ -139,7 +135,7 @@ def test_days_of_appends_deletes_index_updates_and_our_maintenance(tmp_path, day
     pylance.write_dataset(_table(0, 400), uri, max_rows_per_file=100, enable_stable_row_ids=True)
     _create(uri, "INVERTED")
     _create(uri, "IVF_HNSW_SQ")
-    row_ids = dict(zip(*(_live(uri).column(c).to_pylist() for c in ("id", "_rowid")), strict=True))
+    row_ids = dict(zip(*(_rows(uri).column(c).to_pylist() for c in ("id", "_rowid")), strict=True))
     next_id, deleted = 400, set()
     for day in range(days):
         batch = _table(next_id, next_id + 60)
@@ -161,7 +157,7 @@ def test_days_of_appends_deletes_index_updates_and_our_maintenance(tmp_path, day
         if day % 3 == 2:
             lance.dataset(uri).cleanup_old_versions(older_than=dt.timedelta(0))
 
-        live = _live(uri)
+        live = _rows(uri)
         assert lance.dataset(uri).to_table(columns=["id", "text"]).sort_by("id").equals(live.select(["id", "text"]))
         for rid, row in zip(live.column("_rowid").to_pylist(), live.column("id").to_pylist(), strict=True):
             assert row_ids.setdefault(row, rid) == rid, (day, row)
@@ -200,7 +196,7 @@ def test_concurrent_pylance_work_fails_our_commit_cleanly_and_a_retry_lands(tmp_
     assert lance.Compaction.discard(uri, results) > 0
 
     def exact() -> None:
-        live = _live(uri)
+        live = _rows(uri)
         assert set(live.column("id").to_pylist()).isdisjoint(dead)
         expected = sorted(pc.filter(live, pc.match_substring(live["text"], "banana")).column("id").to_pylist())
         assert _found(uri, "INVERTED") == expected

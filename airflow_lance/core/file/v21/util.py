@@ -166,9 +166,15 @@ def take_ranges(source: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> 
         return out
     if total >= _LONG_RANGE * len(lengths):
         return _flatten_ranges(source, starts, lengths)
+    return source[range_positions(starts, lengths, total)]
+
+
+def range_positions(starts: np.ndarray, lengths: np.ndarray, total: int) -> np.ndarray:
+    """The positions ``starts[i] .. starts[i] + lengths[i] - 1`` of every range, concatenated
+    (``total``: the sum of ``lengths``)."""
     index = np.repeat(starts - exclusive_cumsum(lengths)[:-1], lengths)
     index += np.arange(total, dtype=np.int64)
-    return source[index]
+    return index
 
 
 def _flatten_ranges(source: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
