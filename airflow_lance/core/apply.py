@@ -337,8 +337,9 @@ def _apply_rewrite(op: LanceOperation.Rewrite, base: ManifestFile | None, ctx: A
             inside = old_ids <= set(bitmap)
             result -= pyroaring.BitMap(old_ids)
             # The index still covers the rows only if it was remapped, or (stable row ids) if it
-            # holds row ids: pylance 14's BITMAP, LABEL_LIST and IVF indices there; its BTREE holds row
-            # addresses (fragment << 32 | offset) also there and is remapped on compaction.
+            # holds row ids (ROW_ID_TYPES: pylance 14's BITMAP, LABEL_LIST, NGRAM, INVERTED and every
+            # IVF index there); its BTREE holds row addresses (fragment << 32 | offset) also there
+            # and is remapped on compaction.
             if inside and (remap is not None or (stable and index.index_details.type_url in ROW_ID_TYPES)):
                 result |= pyroaring.BitMap(new_ids)
         return result
