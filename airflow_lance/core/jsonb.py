@@ -33,13 +33,24 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_lance.core.errors import CorruptFileError, InvalidInputError
-from airflow_lance.core.jsonb_text import DOUBLE_NOTATION, decode_column
+from airflow_lance.core.jsonb_text import (  # the format's constants, defined once
+    _ARRAY,
+    _CONTAINER,
+    _ENTRY_LEN,
+    _ENTRY_TYPE,
+    _FALSE,
+    _HEADER_LEN,
+    _HEADER_TYPE,
+    _NULL,
+    _NUMBER,
+    _OBJECT,
+    _SCALAR,
+    _STRING,
+    _TRUE,
+    DOUBLE_NOTATION,
+    decode_column,
+)
 
-EXTENSION_NAME = b"lance.json"
-_ARRAY, _OBJECT, _SCALAR = 0x80000000, 0x40000000, 0x20000000
-_HEADER_TYPE, _HEADER_LEN = 0xE0000000, 0x1FFFFFFF
-_NULL, _STRING, _NUMBER, _FALSE, _TRUE, _CONTAINER = (t << 28 for t in range(6))
-_ENTRY_TYPE, _ENTRY_LEN = 0x70000000, 0x0FFFFFFF
 _U32 = struct.Struct(">I")
 _INT_WIDTHS = ((1, "b"), (2, "h"), (4, "i"), (8, "q"))
 _UINT_WIDTHS = ((1, "B"), (2, "H"), (4, "I"), (8, "Q"))

@@ -38,8 +38,12 @@ from airflow_lance.core.errors import CorruptFileError
 from airflow_lance.core.file.v21 import kernels
 from airflow_lance.core.file.v21.util import exclusive_cumsum, range_positions, take_ranges
 
+#: JSONB's container headers (type bits or-ed with the number of entries) and entries (type bits
+#: or-ed with the element's length), also used by the encoder and the one-value decoder (``jsonb``)
 _ARRAY, _OBJECT, _SCALAR = 0x80000000, 0x40000000, 0x20000000
+_HEADER_TYPE, _HEADER_LEN = 0xE0000000, 0x1FFFFFFF
 _NULL, _STRING, _NUMBER, _FALSE, _TRUE, _CONTAINER = (t << 28 for t in range(6))
+_ENTRY_TYPE, _ENTRY_LEN = 0x70000000, 0x0FFFFFFF
 _CONSTANTS = {_NULL: b"null", _TRUE: b"true", _FALSE: b"false"}
 
 
@@ -253,8 +257,8 @@ def _decode(data: np.ndarray, offsets: np.ndarray, rows: np.ndarray, read_number
         if bool((c_len < 4).any()):
             raise _Corrupt("a container shorter than its header")
         header = _be32(data, c_start)
-        c_type = header & 0xE0000000
-        c_count = header & 0x1FFFFFFF
+        c_type = header & _HEADER_TYPE
+        c_count = header & _HEADER_LEN
         if not np.isin(c_type, (_ARRAY, _OBJECT, _SCALAR)).all():
             raise _Corrupt(f"container header {int(header[~np.isin(c_type, (_ARRAY, _OBJECT, _SCALAR))][0]):#x}")
         entries = np.where(c_type == _OBJECT, 2 * c_count, np.where(c_type == _SCALAR, 1, c_count))
@@ -266,8 +270,8 @@ def _decode(data: np.ndarray, offsets: np.ndarray, rows: np.ndarray, read_number
         parent = np.repeat(np.arange(len(frontier), dtype=np.int64), entries)
         local = np.arange(total, dtype=np.int64) - first[:-1][parent]
         entry = _be32(data, c_start[parent] + 4 + 4 * local)
-        e_len = entry & 0x0FFFFFFF
-        e_kind = entry & 0x70000000
+        e_len = entry & _ENTRY_LEN
+        e_kind = entry & _ENTRY_TYPE
         within = _segment_before(e_len, parent, len(frontier))
         e_start = c_start[parent] + head[parent] + within
         if total and bool((within + e_len > c_len[parent] - head[parent]).any()):
