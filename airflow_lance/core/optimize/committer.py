@@ -168,10 +168,15 @@ def _source(store: ObjectStore, read_version: int) -> ManifestFile:
         raise CommitConflictError(f"version {read_version} the compaction read was cleaned up; re-plan") from exc
 
 
-def _indices_to_remap(latest: ManifestFile, results: Sequence[RewriteResult], stable: bool
+def _indices_to_remap(source: ManifestFile, latest: ManifestFile, results: Sequence[RewriteResult], stable: bool
                       ) -> list[table_pb2.IndexMetadata]:
     """Indices covering a rewritten fragment whose row addresses must be remapped."""
     touched = {f.id for r in results for f in r.old_fragments}
+
+    def coverage(index: table_pb2.IndexMetadata) -> frozenset[int] | None:
+        return frozenset(fragment_bitmap(index)) & touched if index.fragment_bitmap else None
+
+    planned = {(index_uuid(i), coverage(i)) for i in parse_section(source)}
     out = []
     for index in parse_section(latest):
         covered = fragment_bitmap(index) if index.fragment_bitmap else None
@@ -179,9 +184,14 @@ def _indices_to_remap(latest: ManifestFile, results: Sequence[RewriteResult], st
             continue
         for result in results if remap.needs_remap(index, stable) else ():
             inside = {f.id in covered for f in result.old_fragments} if covered is not None else {True}
-            if len(inside) > 1:  # Lance refuses this too
+            if len(inside) > 1 and (index_uuid(index), coverage(index)) in planned:  # Lance refuses this too
                 raise InvalidInputError(
                     f"a rewrite group mixes fragments index {index.name!r} covers and fragments it does not"
+                )
+            if len(inside) > 1:  # the index was built or extended after the plan (as Lance: retryable)
+                raise CommitConflictError(
+                    f"index {index.name!r} now covers part of a rewrite group (built or optimised after the "
+                    "compaction was planned); re-plan the compaction"
                 )
         if not remap.can_remap(index, stable):
             raise CommitConflictError(
@@ -253,7 +263,7 @@ def commit_compaction(
     _check_old(latest.manifest, pending, CommitConflictError)
     _check_new_files(store, pending, has_stable_row_ids(source.manifest))
     stable = has_stable_row_ids(source.manifest)
-    to_remap = _indices_to_remap(latest, pending, stable)
+    to_remap = _indices_to_remap(source, latest, pending, stable)
     planned_on = latest.version
     if to_remap:
         latest, groups, rewritten = _remap(store, latest, pending, to_remap)
