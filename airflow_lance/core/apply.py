@@ -9,6 +9,7 @@ removed or rewritten) and unknown protobuf fields.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
 import uuid as uuid_lib
 from collections.abc import Callable, Iterable
@@ -27,7 +28,12 @@ from airflow_lance.core.errors import (
     SchemaMismatchError,
 )
 from airflow_lance.core.fragment import FragmentMetadata
-from airflow_lance.core.indices.metadata import ROW_ID_TYPES, UNTOUCHED_BY_REWRITE
+from airflow_lance.core.indices.metadata import (
+    ROW_ID_TYPES,
+    SYSTEM_INDEX_NAMES,
+    UNTOUCHED_BY_REWRITE,
+    fragment_bitmap,
+)
 from airflow_lance.core.manifest import ManifestFile, data_storage_version, file_storage_version, next_fragment_id
 from airflow_lance.core.schema import LanceSchema
 from airflow_lance.core.transaction import LanceOperation
@@ -119,7 +125,15 @@ def _check_format(fragments: list[FragmentMetadata], base: table_pb2.Manifest) -
 def _finish(
     manifest: table_pb2.Manifest, base: table_pb2.Manifest | None, ctx: ApplyContext, new_reader_flags: int = 0
 ) -> None:
-    """Fields every commit sets: version, time, writer, transaction, flags, max id."""
+    """Fields every commit sets: version, time, writer, transaction, flags, max id; fragments in id order.
+
+    Lance keeps a manifest's fragments sorted by id (pylance's ``validate`` checks it) and sorts them
+    after every operation: a compaction's new fragments carry ids reserved before its commit, so a
+    concurrent append may have taken higher ids, and appending the new fragments would break the order.
+    """
+    ids = [f.id for f in manifest.fragments]
+    if any(a > b for a, b in itertools.pairwise(ids)):
+        manifest.fragments.sort(key=lambda f: f.id)
     manifest.version = (base.version if base is not None else 0) + 1
     manifest.timestamp.CopyFrom(_timestamp_now())
     manifest.writer_version.Clear()
@@ -174,10 +188,47 @@ def _edit_index_bitmaps(
     return section.SerializeToString() if changed else index_section
 
 
-def _drop_fragments_from_indices(index_section: bytes | None, removed: set[int]) -> bytes | None:
-    if not removed:
+def _prune_updated_fields(index_section: bytes | None, updated: set[int], fields_modified: set[int]
+                          ) -> bytes | None:
+    """As Lance: fragments whose values of ``fields_modified`` changed in place leave the bitmaps of the
+    indices on those fields (they are searched unindexed until the index is optimised)."""
+    if not updated or not fields_modified:
         return index_section
-    return _edit_index_bitmaps(index_section, lambda _index, bitmap: bitmap - pyroaring.BitMap(removed))
+    return _edit_index_bitmaps(
+        index_section,
+        lambda index, bitmap: bitmap - pyroaring.BitMap(updated) if set(index.fields) & fields_modified else bitmap,
+    )
+
+
+def _retain_relevant_indices(index_section: bytes | None, manifest: table_pb2.Manifest) -> bytes | None:
+    """pylance 14's retention after rows leave (Delete, Update): fragment bitmaps are immutable (they name
+    the fragments the index holds rows of, existing or not, so that readers mask the rows of removed
+    fragments); of several segments of one name, those covering no existing fragment go while another
+    covers one, else only the oldest stays; a single segment always stays."""
+    if not index_section:
+        return index_section
+    section = table_pb2.IndexSection()
+    section.ParseFromString(index_section)
+    existing = pyroaring.BitMap(f.id for f in manifest.fragments)
+
+    def empty(index: table_pb2.IndexMetadata) -> bool:
+        return not index.fragment_bitmap or not (fragment_bitmap(index) & existing)
+
+    by_name: dict[str, list[table_pb2.IndexMetadata]] = {}
+    for index in section.indices:
+        if index.name not in SYSTEM_INDEX_NAMES:
+            by_name.setdefault(index.name, []).append(index)
+    keep: set[bytes] = set()
+    for segments in by_name.values():
+        full = [s for s in segments if not empty(s)]
+        if full:
+            keep.update(s.uuid.uuid for s in full)
+            continue
+        keep.add(min(segments, key=lambda s: s.dataset_version).uuid.uuid)  # the first, if several are
+    kept = [i for i in section.indices if i.name in SYSTEM_INDEX_NAMES or i.uuid.uuid in keep]
+    if len(kept) == len(section.indices):
+        return index_section
+    return table_pb2.IndexSection(indices=kept).SerializeToString() if kept else None
 
 
 # -- handlers ----------------------------------------------------------------------------------
@@ -254,7 +305,7 @@ def _apply_delete(op: LanceOperation.Delete, base: ManifestFile | None, ctx: App
     assert base is not None
     _replace_fragments(manifest, op.updated_fragments, op.deleted_fragment_ids, "delete")
     _finish(manifest, base.manifest, ctx)
-    return NextManifest(manifest, _drop_fragments_from_indices(base.index_section, set(op.deleted_fragment_ids)))
+    return NextManifest(manifest, _retain_relevant_indices(base.index_section, manifest))
 
 
 def _stamp_moved_rows(fragment: FragmentMetadata, version: int, manifest: table_pb2.Manifest) -> FragmentMetadata:
@@ -273,10 +324,8 @@ def _apply_update(op: LanceOperation.Update, base: ManifestFile | None, ctx: App
         new_fragments = [_stamp_moved_rows(f, base.manifest.version + 1, manifest) for f in new_fragments]
     manifest.fragments.extend(_new_fragments(new_fragments, base.manifest, manifest))
     _finish(manifest, base.manifest, ctx)
-    changed = set(op.removed_fragment_ids) | (
-        {f.id for f in op.updated_fragments} if op.update_mode == "rewrite_columns" else set()
-    )
-    return NextManifest(manifest, _drop_fragments_from_indices(base.index_section, changed))
+    pruned = _prune_updated_fields(base.index_section, {f.id for f in op.updated_fragments}, set(op.fields_modified))
+    return NextManifest(manifest, _retain_relevant_indices(pruned, manifest))
 
 
 def _apply_rewrite(op: LanceOperation.Rewrite, base: ManifestFile | None, ctx: ApplyContext) -> NextManifest:
@@ -311,8 +360,7 @@ def _apply_rewrite(op: LanceOperation.Rewrite, base: ManifestFile | None, ctx: A
             fragments[position[i]] = None
         added.extend(new_pbs)
         replaced.append((set(old_ids), [pb.id for pb in new_pbs]))
-    # As pylance 14: the fragments kept, in their order, then the new ones, group by group (Lance
-    # releases of 2025 put a contiguous group's new fragments in its place).
+    # The fragments kept, then the new ones, group by group; _finish sorts them by id as Lance does.
     del manifest.fragments[:]
     manifest.fragments.extend(f for f in fragments if f is not None)
     manifest.fragments.extend(added)

@@ -21,7 +21,7 @@ import pytest
 
 import airflow_lance.core as lance
 from airflow_lance.core._proto import transaction_pb2
-from airflow_lance.core.errors import IndexNotFoundError, InvalidInputError
+from airflow_lance.core.errors import CommitConflictError, IndexNotFoundError, InvalidInputError
 from airflow_lance.core.file import LanceFileReader
 from airflow_lance.core.indices import unindexed_rows
 from airflow_lance.core.indices.remap import AddressMap
@@ -249,6 +249,54 @@ def test_a_rewrite_mixing_indexed_and_unindexed_fragments_is_refused(tmp_path):
     with pytest.raises(InvalidInputError, match="mixes fragments"):
         lance.Compaction.commit(uri, [result])
     assert lance.dataset(uri).version == ds.version
+
+
+def test_an_index_built_during_compaction_over_part_of_a_group_is_a_conflict(tmp_path):
+    """A writer that read the dataset before the last append commits an index covering the fragments it
+    saw while a compaction of all of them runs: the compaction's commit is a retryable conflict (found
+    by the mixed-writers stress test), and a new plan commits with the index remapped."""
+    uri = str(tmp_path / "d")
+    lance.write_dataset(_chunk(0, 100), uri)
+    older = lance.dataset(uri)
+    lance.write_dataset(_chunk(100, 100), uri, mode="append")
+    ds = lance.dataset(uri)
+    result = lance.CompactionTask(ds.version, tuple(f.metadata for f in ds.get_fragments())).execute(uri)
+    older.create_scalar_index("id", "BTREE")  # covers fragment 0 only
+    with pytest.raises(CommitConflictError, match="re-plan"):
+        lance.Compaction.commit(uri, [result])
+    lance.dataset(uri).optimize.compact_files()  # the new plan: the indexed fragment alone is left
+    theirs = pylance.dataset(uri)
+    assert theirs.to_table(filter="id = 150")["id"].to_pylist() == [150]
+    assert sorted(theirs.to_table()["id"].to_pylist()) == list(range(200))
+
+
+@pytest.mark.parametrize("stable", [False, True], ids=["addresses", "stable_row_ids"])
+def test_an_append_between_the_reservation_and_the_rewrite_keeps_fragments_in_id_order(tmp_path, monkeypatch,
+                                                                                      stable):
+    """A compaction remapping an index reserves its new fragments' ids, then commits the Rewrite: an
+    append landing in between takes higher ids, and the manifest must still list fragments by id, as
+    Lance sorts them (pylance's ``validate`` failed on ours; found by the mixed-writers stress test)."""
+    uri = str(tmp_path / "d")
+    for i in range(3):
+        lance.write_dataset(_chunk(i * 100, 100), uri, mode="append" if i else "create", enable_stable_row_ids=stable)
+    lance.dataset(uri).create_scalar_index("id", "BTREE")
+    lance.dataset(uri).delete("id % 7 = 3")
+    build = AddressMap.build
+
+    def append_first(*args, **kwargs):  # a real pylance append between the two commits
+        pylance.write_dataset(_chunk(300, 10), uri, mode="append")
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(AddressMap, "build", append_first)
+    lance.dataset(uri).optimize.compact_files()
+    ids = [f.fragment_id for f in lance.dataset(uri).get_fragments()]
+    assert ids == sorted(ids) and len(ids) == 2
+    theirs = pylance.dataset(uri)
+    theirs.validate()
+    want = sorted(i for i in range(310) if i % 7 != 3 or i >= 300)
+    assert sorted(theirs.to_table()["id"].to_pylist()) == want
+    for key, want in ((151, [151]), (150, []), (304, [304])):  # through the remapped index
+        assert theirs.to_table(filter=f"id = {key}")["id"].to_pylist() == want
 
 
 def test_bitmap_and_label_list_hold_stable_row_ids_as_pylance(tmp_path):
