@@ -1,0 +1,168 @@
+"""A writer process doing random operations on a shared dataset (run as ``python mixed_workers.py ...``).
+
+Used by ``test_mixed_concurrency.py``: several of these, some on our core and some on pylance, change
+one dataset at the same time. Each logs every operation that committed, as one JSON line, so the
+test can compute what the dataset must hold at the end whatever order the commits landed in:
+
+* rows ``0 <= id < SHARED`` are shared: any worker deletes ranges of them or adds 1 to their ``v``
+  (deletes and increments commute, so the end state depends only on which operations committed);
+* each worker owns the ids from ``(worker + 1) * OWN_SPAN``: only it appends, deletes, updates or
+  upserts them, in its own order;
+* compaction, index builds (BTREE on ``id``, IVF_PQ on ``e``) and index optimisation change no row.
+
+Conflicts the engines report (pylance's retryable-conflict errors, our ``CommitConflictError``) make
+the worker retry the operation on the latest version; any other error ends the worker with a
+traceback, which fails the test.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import random
+import sys
+import time
+
+import numpy as np
+import pyarrow as pa
+
+SHARED = 2_000
+OWN_SPAN = 1_000_000
+RETRIES = 30
+
+
+DIM = 8
+
+
+def rows(ids: np.ndarray, bump: int = 0) -> pa.Table:
+    """Rows whose every column but ``v`` is a function of ``id``."""
+    ids = np.asarray(ids, dtype=np.int64)
+    vectors = ((ids[:, None] * np.arange(1, DIM + 1)) % 97 / 97).astype(np.float32)
+    return pa.table({
+        "id": ids,
+        "v": ids * 1000 + bump,
+        "s": pa.array(np.char.add("s", ids.astype(str))),
+        "e": pa.FixedSizeListArray.from_arrays(pa.array(vectors.ravel()), DIM),
+    })
+
+
+def initial() -> pa.Table:
+    return rows(np.arange(SHARED))
+
+
+def _is_conflict(engine: str, exc: BaseException) -> bool:
+    if engine == "ours":
+        from airflow_lance.core.errors import CommitConflictError
+
+        return isinstance(exc, CommitConflictError)
+    text = str(exc).lower()
+    return "conflict" in text or "retryable" in text or "concurrent" in text
+
+
+class Worker:
+    def __init__(self, engine: str, uri: str, worker: int, seed: int, log_path: str) -> None:
+        if engine == "ours":
+            import airflow_lance.core as lance
+        else:
+            import lance  # type: ignore[no-redef]
+        self.lance, self.engine, self.uri, self.worker = lance, engine, uri, worker
+        self.rng = random.Random(seed)
+        self.jitter = random.Random(seed + 1)  # backoff, apart from the operations' draws
+        self.next_id = (worker + 1) * OWN_SPAN
+        self.own: list[int] = []  # ids this worker has inserted (present or deleted)
+        self.log_path = log_path
+
+    def dataset(self):  # the latest version
+        return self.lance.dataset(self.uri)
+
+    def _fresh(self, n: int) -> np.ndarray:
+        ids = np.arange(self.next_id, self.next_id + n, dtype=np.int64)
+        self.next_id += n
+        self.own.extend(ids.tolist())
+        return ids
+
+    def _range(self, shared: bool) -> tuple[int, int]:
+        if shared or not self.own:
+            a = self.rng.randrange(SHARED)
+            return a, min(SHARED, a + self.rng.randrange(1, 60))
+        a = self.rng.choice(self.own)
+        return a, a + self.rng.randrange(1, 40)
+
+    # -- operations: each returns the log entry of what committed --------------------------------
+
+    def append(self) -> dict:
+        ids = self._fresh(self.rng.randrange(1, 80))
+        self.lance.write_dataset(rows(ids), self.uri, mode="append")
+        return {"op": "insert", "ids": [int(ids[0]), int(ids[-1]) + 1]}
+
+    def delete(self) -> dict:
+        a, b = self._range(shared=self.rng.random() < 0.6)
+        self.dataset().delete(f"id >= {a} AND id < {b}")
+        return {"op": "delete", "range": [a, b]}
+
+    def update(self) -> dict:
+        a, b = self._range(shared=self.rng.random() < 0.7)
+        self.dataset().update({"v": "v + 1"}, where=f"id >= {a} AND id < {b}")
+        return {"op": "increment", "range": [a, b]}
+
+    def upsert(self) -> dict:
+        known = self.rng.sample(self.own, min(len(self.own), self.rng.randrange(0, 30)))
+        fresh = self._fresh(self.rng.randrange(0, 30))
+        ids = np.array(sorted(known) + fresh.tolist(), dtype=np.int64)
+        if not len(ids):
+            ids = self._fresh(1)
+        source = rows(ids, bump=500)
+        (self.dataset().merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(source))
+        return {"op": "upsert", "ids": ids.tolist()}
+
+    def compact(self) -> dict:
+        self.dataset().optimize.compact_files(target_rows_per_fragment=self.rng.choice([200, 1000, 5000]))
+        return {"op": "compact"}
+
+    def index(self) -> dict:
+        ds = self.dataset()
+        names = {i.name for i in ds.describe_indices()}
+        if names >= {"id_idx", "e_idx"} or (names and self.rng.random() < 0.6):
+            ds.optimize.optimize_indices()
+            return {"op": "optimize_indices"}
+        if "e_idx" in names or (self.rng.random() < 0.5 and "id_idx" not in names):
+            ds.create_scalar_index("id", "BTREE", name="id_idx", replace=True)
+            return {"op": "create_index", "name": "id_idx"}
+        ds.create_index("e", "IVF_PQ", name="e_idx", num_partitions=2, num_sub_vectors=2, replace=True)
+        return {"op": "create_index", "name": "e_idx"}
+
+    def cleanup(self) -> dict:
+        self.dataset().cleanup_old_versions(older_than=dt.timedelta(seconds=20))
+        return {"op": "cleanup"}
+
+    OPERATIONS = (("append", 5), ("delete", 3), ("update", 4), ("upsert", 3), ("compact", 2), ("index", 1),
+                  ("cleanup", 1))
+
+    def run(self, count: int) -> None:
+        names = [name for name, _ in self.OPERATIONS]
+        weights = [weight for _, weight in self.OPERATIONS]
+        for _ in range(count):
+            name = self.rng.choices(names, weights)[0]
+            state = (self.next_id, list(self.own), self.rng.getstate())
+            for attempt in range(RETRIES):
+                try:
+                    entry = getattr(self, name)()
+                    break
+                except Exception as exc:  # only conflicts are retried, the rest re-raised
+                    if not _is_conflict(self.engine, exc):
+                        raise
+                    # redo the same operation: same ids, same ranges
+                    self.next_id, self.own = state[0], list(state[1])
+                    self.rng.setstate(state[2])
+                    time.sleep(0.01 * (attempt + 1) * self.jitter.random())
+            else:
+                raise RuntimeError(f"{self.engine} worker {self.worker}: {name} conflicted {RETRIES} times")
+            entry.update(worker=self.worker, engine=self.engine)
+            with open(self.log_path, "a", encoding="utf-8") as log:  # one line, appended whole
+                log.write(json.dumps(entry) + "\n")
+
+
+if __name__ == "__main__":
+    # engine uri worker seed count log_path
+    engine_, uri_, worker_, seed_, count_, log_ = sys.argv[1:]
+    Worker(engine_, uri_, int(worker_), int(seed_), log_).run(int(count_))

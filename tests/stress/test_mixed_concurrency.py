@@ -1,0 +1,159 @@
+"""Our core and pylance changing one dataset at the same time, with every kind of operation.
+
+Processes of both engines append, delete, update, upsert, compact, build and optimise a BTREE index
+and clean up old versions on one local dataset, all at once (``mixed_workers.py``). Afterwards:
+
+* every version left is contiguous, its files exist, and both engines read it with the same rows;
+* the latest version holds exactly what the committed operations imply (no lost, duplicated or
+  resurrected row, every increment counted once), read by both engines, and pylance's ``validate``
+  passes;
+* the BTREE index answers point and range lookups as a scan does, and a search through the IVF_PQ
+  index returns live rows with their current values.
+
+The short run is part of ``make test``; ``make stress`` runs more workers for longer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import lance as pylance
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+import airflow_lance.core as ours
+
+from .check import referenced_files
+from .mixed_workers import OWN_SPAN, SHARED, initial, rows
+
+WORKER = str(pathlib.Path(__file__).with_name("mixed_workers.py"))
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _run(uri: str, engines: list[str], operations: int, log: pathlib.Path, seed: int) -> None:
+    procs = [
+        subprocess.Popen([sys.executable, WORKER, engine, uri, str(n), str(seed * 100 + n), str(operations), str(log)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        for n, engine in enumerate(engines)
+    ]
+    errors = [proc.communicate(timeout=1800)[1] for proc in procs]
+    failed = [f"worker {n} ({engines[n]}):\n{err[-4000:]}" for n, (proc, err) in enumerate(zip(procs, errors))
+              if proc.returncode != 0]
+    assert not failed, "\n".join(failed)
+
+
+def _expected(log: pathlib.Path) -> pa.Table:
+    """The rows the committed operations imply, sorted by id."""
+    entries = [json.loads(line) for line in log.read_text().splitlines()]
+    shared_alive = np.ones(SHARED, dtype=bool)
+    shared_bumps = np.zeros(SHARED, dtype=np.int64)
+    own: dict[int, int] = {}  # id -> v of the rows workers own, in each worker's order
+    for entry in entries:
+        op = entry["op"]
+        if op in ("delete", "increment"):
+            a, b = entry["range"]
+            if b <= SHARED:
+                if op == "delete":
+                    shared_alive[a:b] = False
+                else:
+                    shared_bumps[a:b] += 1
+                continue
+            for key in [k for k in own if a <= k < b] if op == "increment" else []:
+                own[key] += 1
+            if op == "delete":
+                for key in [k for k in own if a <= k < b]:
+                    del own[key]
+        elif op == "insert":
+            for key in range(*entry["ids"]):
+                own[key] = key * 1000
+        elif op == "upsert":
+            for key in entry["ids"]:
+                own[key] = key * 1000 + 500
+    ids = np.concatenate([np.flatnonzero(shared_alive), np.array(sorted(own), dtype=np.int64)]).astype(np.int64)
+    bumps = np.concatenate([shared_bumps[shared_alive],
+                            np.array([own[k] - k * 1000 for k in sorted(own)], dtype=np.int64)])
+    expected = rows(ids)
+    return expected.set_column(1, "v", pa.array(ids * 1000 + bumps))
+
+
+def _sorted(table: pa.Table) -> pa.Table:
+    return table.select(["id", "v", "s", "e"]).sort_by("id")
+
+
+def _check_versions(uri: str) -> None:
+    """The versions cleanup left are contiguous up to the latest, their files exist, and both engines
+    read each of them with the same rows."""
+    versions = [v["version"] for v in ours.dataset(uri).versions()]
+    assert versions == list(range(versions[0], versions[-1] + 1)), versions
+    assert versions[-1] == pylance.dataset(uri).latest_version
+    missing = [p for p in referenced_files(uri) if not os.path.exists(os.path.join(uri, p))]
+    assert not missing, f"manifests reference missing files: {missing}"
+    for version in versions:
+        mine = _sorted(ours.dataset(uri, version=version).to_table())
+        theirs = _sorted(pylance.dataset(uri, version=version).to_table())
+        assert mine.equals(theirs), f"version {version} reads differently"
+
+
+def _check(uri: str, log: pathlib.Path) -> list[dict]:
+    _check_versions(uri)
+    expected = _expected(log)
+    mine, theirs = ours.dataset(uri), pylance.dataset(uri)
+    theirs.validate()
+    assert _sorted(mine.to_table()).equals(expected)
+    assert _sorted(theirs.to_table()).equals(expected)
+    assert pc.count_distinct(expected["id"]).as_py() == expected.num_rows
+    rng = np.random.default_rng(0)
+    probe = rng.choice(expected["id"].to_numpy(), size=min(20, expected.num_rows), replace=False)
+    missing = [int(k) for k in rng.integers(0, SHARED, 10)] + [OWN_SPAN - 1, 10 * OWN_SPAN]
+    if any(i.name == "id_idx" for i in theirs.describe_indices()):
+        for key in list(probe) + missing:
+            want = expected.filter(pc.equal(expected["id"], int(key)))
+            assert _sorted(theirs.to_table(filter=f"id = {key}")).equals(want)
+            assert _sorted(mine.to_table(filter=f"id = {key}")).equals(want)
+        want = expected.filter(pc.and_(pc.greater_equal(expected["id"], 100), pc.less(expected["id"], 900)))
+        assert _sorted(theirs.to_table(filter="id >= 100 AND id < 900")).equals(want)
+    if any(i.name == "e_idx" for i in theirs.describe_indices()):
+        # pylance's search through the remapped and optimised IVF_PQ index returns live rows only, each
+        # with its current values (a stale row address would show a deleted row or another row's values)
+        queries = rows(probe[:5]).column("e").to_pylist()
+        by_id = {k: i for i, k in enumerate(expected["id"].to_pylist())}
+        for query in queries:
+            found = theirs.to_table(nearest={"column": "e", "q": query, "k": 10, "nprobes": 2})
+            assert found.num_rows == 10
+            for row in found.select(["id", "v", "s"]).to_pylist():
+                assert row["id"] in by_id, f"the vector index returned row {row['id']}, which is not live"
+                assert row["v"] == expected["v"][by_id[row["id"]]].as_py()
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def _start(uri: str, stable: bool, writer: str) -> None:
+    if writer == "pylance":
+        pylance.write_dataset(initial(), uri, max_rows_per_file=500, enable_stable_row_ids=stable)
+    else:
+        ours.write_dataset(initial(), uri, max_rows_per_file=500, enable_stable_row_ids=stable)
+
+
+@pytest.mark.parametrize("stable", [False, True], ids=["addresses", "stable_row_ids"])
+def test_two_of_ours_and_two_pylance_doing_everything_at_once(tmp_path, stable):
+    uri, log = str(tmp_path / "ds.lance"), tmp_path / "log.jsonl"
+    _start(uri, stable, "pylance" if stable else "ours")
+    _run(uri, ["ours", "pylance", "ours", "pylance"], 12, log, seed=1 + stable)
+    entries = _check(uri, log)
+    assert {e["engine"] for e in entries} == {"ours", "pylance"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stable", [False, True], ids=["addresses", "stable_row_ids"])
+@pytest.mark.parametrize("seed", [11, 12])
+def test_six_writers_doing_everything_at_once_for_a_while(tmp_path, stable, seed):
+    uri, log = str(tmp_path / "ds.lance"), tmp_path / "log.jsonl"
+    _start(uri, stable, "pylance" if seed % 2 else "ours")
+    _run(uri, ["ours", "pylance"] * 3, 80, log, seed=seed + 10 * stable)
+    entries = _check(uri, log)
+    assert {e["op"] for e in entries} >= {"insert", "delete", "increment", "upsert", "compact", "cleanup"}
