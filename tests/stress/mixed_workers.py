@@ -8,7 +8,8 @@ test can compute what the dataset must hold at the end whatever order the commit
   (deletes and increments commute, so the end state depends only on which operations committed);
 * each worker owns the ids from ``(worker + 1) * OWN_SPAN``: only it appends, deletes, updates or
   upserts them, in its own order;
-* compaction, index builds (BTREE on ``id``, IVF_PQ on ``e``) and index optimisation change no row.
+* compaction, index builds (BTREE on ``id``, IVF_PQ on ``e``), index optimisation, cleanup and tags
+  change no row (a tagged version must survive every cleanup).
 
 Conflicts the engines report (pylance's retryable-conflict errors, our ``CommitConflictError``) make
 the worker retry the operation on the latest version; any other error ends the worker with a
@@ -29,6 +30,9 @@ import pyarrow as pa
 SHARED = 2_000
 OWN_SPAN = 1_000_000
 RETRIES = 30
+#: Versions (and unreferenced files) older than this go in a cleanup: longer than any one attempt of an
+#: operation takes, else a cleanup could remove the files of a commit in flight (as with pylance alone).
+CLEANUP_AFTER = dt.timedelta(seconds=8)
 
 
 DIM = 8
@@ -60,7 +64,8 @@ def _is_conflict(engine: str, exc: BaseException) -> bool:
 
 
 class Worker:
-    def __init__(self, engine: str, uri: str, worker: int, seed: int, log_path: str) -> None:
+    def __init__(self, engine: str, uri: str, worker: int, seed: int, log_path: str,
+                 storage_options: dict[str, str] | None = None) -> None:
         if engine == "ours":
             import airflow_lance.core as lance
         else:
@@ -71,9 +76,10 @@ class Worker:
         self.next_id = (worker + 1) * OWN_SPAN
         self.own: list[int] = []  # ids this worker has inserted (present or deleted)
         self.log_path = log_path
+        self.options = {"storage_options": storage_options} if storage_options else {}
 
     def dataset(self):  # the latest version
-        return self.lance.dataset(self.uri)
+        return self.lance.dataset(self.uri, **self.options)
 
     def _fresh(self, n: int) -> np.ndarray:
         ids = np.arange(self.next_id, self.next_id + n, dtype=np.int64)
@@ -92,7 +98,7 @@ class Worker:
 
     def append(self) -> dict:
         ids = self._fresh(self.rng.randrange(1, 80))
-        self.lance.write_dataset(rows(ids), self.uri, mode="append")
+        self.lance.write_dataset(rows(ids), self.uri, mode="append", **self.options)
         return {"op": "insert", "ids": [int(ids[0]), int(ids[-1]) + 1]}
 
     def delete(self) -> dict:
@@ -132,11 +138,17 @@ class Worker:
         return {"op": "create_index", "name": "e_idx"}
 
     def cleanup(self) -> dict:
-        self.dataset().cleanup_old_versions(older_than=dt.timedelta(seconds=20))
+        self.dataset().cleanup_old_versions(older_than=CLEANUP_AFTER, error_if_tagged_old_versions=False)
         return {"op": "cleanup"}
 
+    def tag(self) -> dict:
+        ds = self.dataset()
+        name = f"w{self.worker}-{self.next_id}-{self.rng.randrange(10**9)}"
+        ds.tags.create(name, ds.version)
+        return {"op": "tag", "tag": name, "version": ds.version}
+
     OPERATIONS = (("append", 5), ("delete", 3), ("update", 4), ("upsert", 3), ("compact", 2), ("index", 1),
-                  ("cleanup", 1))
+                  ("cleanup", 1), ("tag", 1))
 
     def run(self, count: int) -> None:
         names = [name for name, _ in self.OPERATIONS]
@@ -157,12 +169,13 @@ class Worker:
                     time.sleep(0.01 * (attempt + 1) * self.jitter.random())
             else:
                 raise RuntimeError(f"{self.engine} worker {self.worker}: {name} conflicted {RETRIES} times")
-            entry.update(worker=self.worker, engine=self.engine)
+            entry.update(worker=self.worker, engine=self.engine, time=round(time.time(), 3))
             with open(self.log_path, "a", encoding="utf-8") as log:  # one line, appended whole
                 log.write(json.dumps(entry) + "\n")
 
 
 if __name__ == "__main__":
-    # engine uri worker seed count log_path
-    engine_, uri_, worker_, seed_, count_, log_ = sys.argv[1:]
-    Worker(engine_, uri_, int(worker_), int(seed_), log_).run(int(count_))
+    # engine uri worker seed count log_path [storage options as JSON]
+    engine_, uri_, worker_, seed_, count_, log_, *options_ = sys.argv[1:]
+    Worker(engine_, uri_, int(worker_), int(seed_), log_, json.loads(options_[0]) if options_ else None
+           ).run(int(count_))

@@ -3,7 +3,8 @@
 Processes of both engines append, delete, update, upsert, compact, build and optimise a BTREE index
 and clean up old versions on one local dataset, all at once (``mixed_workers.py``). Afterwards:
 
-* every version left is contiguous, its files exist, and both engines read it with the same rows;
+* every version left is contiguous, its files exist, every tagged version is still there, and both
+  engines read each with the same rows;
 * the latest version holds exactly what the committed operations imply (no lost, duplicated or
   resurrected row, every increment counted once), read by both engines, and pylance's ``validate``
   passes;
@@ -36,10 +37,13 @@ WORKER = str(pathlib.Path(__file__).with_name("mixed_workers.py"))
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-def _run(uri: str, engines: list[str], operations: int, log: pathlib.Path, seed: int) -> None:
+def run_workers(uri: str, engines: list[str], operations: int, log: pathlib.Path, seed: int,
+                options: dict[str, str] | None = None) -> None:
+    """One ``mixed_workers.py`` process per engine, all at once; fails with the tracebacks of any that failed."""
+    extra = [json.dumps(options)] if options else []
     procs = [
-        subprocess.Popen([sys.executable, WORKER, engine, uri, str(n), str(seed * 100 + n), str(operations), str(log)],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        subprocess.Popen([sys.executable, WORKER, engine, uri, str(n), str(seed * 100 + n), str(operations), str(log),
+                          *extra], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
         for n, engine in enumerate(engines)
     ]
     errors = [proc.communicate(timeout=1800)[1] for proc in procs]
@@ -86,24 +90,32 @@ def _sorted(table: pa.Table) -> pa.Table:
     return table.select(["id", "v", "s", "e"]).sort_by("id")
 
 
-def _check_versions(uri: str) -> None:
-    """The versions cleanup left are contiguous up to the latest, their files exist, and both engines
-    read each of them with the same rows."""
-    versions = [v["version"] for v in ours.dataset(uri).versions()]
-    assert versions == list(range(versions[0], versions[-1] + 1)), versions
-    assert versions[-1] == pylance.dataset(uri).latest_version
-    missing = [p for p in referenced_files(uri) if not os.path.exists(os.path.join(uri, p))]
-    assert not missing, f"manifests reference missing files: {missing}"
+def _check_versions(uri: str, log: pathlib.Path, options: dict[str, str]) -> None:
+    """The versions cleanup left are contiguous up to the latest (local: their files exist), every tagged
+    version is among them, and both engines read each of them with the same rows."""
+    versions = [v["version"] for v in ours.dataset(uri, **options).versions()]
+    tags = {e["tag"]: e["version"] for e in map(json.loads, log.read_text().splitlines()) if e["op"] == "tag"}
+    assert {t: v["version"] for t, v in pylance.dataset(uri, **options).tags.list().items()} == tags
+    assert set(tags.values()) <= set(versions)
+    # cleanup keeps the tagged versions and every version from the oldest untagged one it kept
+    oldest = min(v for v in versions if v not in tags.values())
+    assert [v for v in versions if v >= oldest] == list(range(oldest, versions[-1] + 1)), versions
+    assert versions[-1] == pylance.dataset(uri, **options).latest_version
+    if not options:
+        missing = [p for p in referenced_files(uri) if not os.path.exists(os.path.join(uri, p))]
+        assert not missing, f"manifests reference missing files: {missing}"
     for version in versions:
-        mine = _sorted(ours.dataset(uri, version=version).to_table())
-        theirs = _sorted(pylance.dataset(uri, version=version).to_table())
+        mine = _sorted(ours.dataset(uri, version=version, **options).to_table())
+        theirs = _sorted(pylance.dataset(uri, version=version, **options).to_table())
         assert mine.equals(theirs), f"version {version} reads differently"
 
 
-def _check(uri: str, log: pathlib.Path) -> list[dict]:
-    _check_versions(uri)
+def check_end_state(uri: str, log: pathlib.Path, storage_options: dict[str, str] | None = None) -> list[dict]:
+    """Every check of the module docstring; returns the log's entries."""
+    options = {"storage_options": storage_options} if storage_options else {}
+    _check_versions(uri, log, options)
     expected = _expected(log)
-    mine, theirs = ours.dataset(uri), pylance.dataset(uri)
+    mine, theirs = ours.dataset(uri, **options), pylance.dataset(uri, **options)
     theirs.validate()
     assert _sorted(mine.to_table()).equals(expected)
     assert _sorted(theirs.to_table()).equals(expected)
@@ -132,19 +144,19 @@ def _check(uri: str, log: pathlib.Path) -> list[dict]:
     return [json.loads(line) for line in log.read_text().splitlines()]
 
 
-def _start(uri: str, stable: bool, writer: str) -> None:
-    if writer == "pylance":
-        pylance.write_dataset(initial(), uri, max_rows_per_file=500, enable_stable_row_ids=stable)
-    else:
-        ours.write_dataset(initial(), uri, max_rows_per_file=500, enable_stable_row_ids=stable)
+def start_dataset(uri: str, stable: bool, writer: str, storage_options: dict[str, str] | None = None) -> None:
+    """The shared rows, in fragments of 500, written by ``writer`` ("ours" or "pylance")."""
+    engine = pylance if writer == "pylance" else ours
+    options = {"storage_options": storage_options} if storage_options else {}
+    engine.write_dataset(initial(), uri, max_rows_per_file=500, enable_stable_row_ids=stable, **options)
 
 
 @pytest.mark.parametrize("stable", [False, True], ids=["addresses", "stable_row_ids"])
 def test_two_of_ours_and_two_pylance_doing_everything_at_once(tmp_path, stable):
     uri, log = str(tmp_path / "ds.lance"), tmp_path / "log.jsonl"
-    _start(uri, stable, "pylance" if stable else "ours")
-    _run(uri, ["ours", "pylance", "ours", "pylance"], 12, log, seed=1 + stable)
-    entries = _check(uri, log)
+    start_dataset(uri, stable, "pylance" if stable else "ours")
+    run_workers(uri, ["ours", "pylance", "ours", "pylance"], 12, log, seed=1 + stable)
+    entries = check_end_state(uri, log)
     assert {e["engine"] for e in entries} == {"ours", "pylance"}
 
 
@@ -153,7 +165,7 @@ def test_two_of_ours_and_two_pylance_doing_everything_at_once(tmp_path, stable):
 @pytest.mark.parametrize("seed", [11, 12])
 def test_six_writers_doing_everything_at_once_for_a_while(tmp_path, stable, seed):
     uri, log = str(tmp_path / "ds.lance"), tmp_path / "log.jsonl"
-    _start(uri, stable, "pylance" if seed % 2 else "ours")
-    _run(uri, ["ours", "pylance"] * 3, 80, log, seed=seed + 10 * stable)
-    entries = _check(uri, log)
+    start_dataset(uri, stable, "pylance" if seed % 2 else "ours")
+    run_workers(uri, ["ours", "pylance"] * 3, 250, log, seed=seed + 10 * stable)
+    entries = check_end_state(uri, log)
     assert {e["op"] for e in entries} >= {"insert", "delete", "increment", "upsert", "compact", "cleanup"}
