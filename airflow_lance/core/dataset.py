@@ -548,6 +548,13 @@ class LanceDataset:
         """The transactions of the latest ``recent_transactions`` versions up to this one, newest first."""
         return metadata.get_transactions(self, recent_transactions)
 
+    def validate(self) -> None:
+        """pylance's integrity checks of this version (fragment ids, data file lengths, deletion
+        vectors, index segments); raises ``CorruptFileError`` naming the file (``core.validate``)."""
+        from airflow_lance.core.validate import validate
+
+        validate(self)
+
     @property
     def stats(self) -> metadata.LanceStats:
         """``ds.stats.dataset_stats()`` (pylance's name)."""
