@@ -8,6 +8,7 @@ test can compute what the dataset must hold at the end whatever order the commit
   (deletes and increments commute, so the end state depends only on which operations committed);
 * each worker owns the ids from ``(worker + 1) * OWN_SPAN``: only it appends, deletes, updates or
   upserts them, in its own order;
+* a column added (``id * factor``) holds that for every row the add saw, null for rows appended after;
 * compaction, index builds (BTREE on ``id``, IVF_PQ on ``e``), index optimisation, cleanup and tags
   change no row (a tagged version must survive every cleanup).
 
@@ -19,6 +20,7 @@ traceback, which fails the test.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 import random
 import sys
@@ -29,7 +31,10 @@ import pyarrow as pa
 
 SHARED = 2_000
 OWN_SPAN = 1_000_000
-RETRIES = 30
+#: How long one operation may keep conflicting before the worker gives up. A Merge (``add_columns``)
+#: conflicts with every concurrent commit, in both engines, so under six writers it may only land when
+#: the others pause or finish.
+RETRY_FOR = 600.0
 #: Versions (and unreferenced files) older than this go in a cleanup: longer than any one attempt of an
 #: operation takes, else a cleanup could remove the files of a commit in flight (as with pylance alone).
 CLEANUP_AFTER = dt.timedelta(seconds=8)
@@ -75,6 +80,7 @@ class Worker:
         self.jitter = random.Random(seed + 1)  # backoff, apart from the operations' draws
         self.next_id = (worker + 1) * OWN_SPAN
         self.own: list[int] = []  # ids this worker has inserted (present or deleted)
+        self.columns_added = 0
         self.log_path = log_path
         self.options = {"storage_options": storage_options} if storage_options else {}
 
@@ -141,6 +147,17 @@ class Worker:
         self.dataset().cleanup_old_versions(older_than=CLEANUP_AFTER, error_if_tagged_old_versions=False)
         return {"op": "cleanup"}
 
+    def add_column(self) -> dict:
+        """A column computed from ``id`` by a SQL expression: ``id * factor``."""
+        factor = self.rng.randrange(2, 1000)
+        name = f"c{self.worker}_{factor}"
+        ds = self.dataset()
+        if name in ds.schema.names or self.columns_added >= 2 or ds.data_storage_version in ("0.1", "legacy"):
+            return {"op": "noop"}  # legacy files: appends without the column would be refused (both engines)
+        ds.add_columns({name: f"id * {factor}"})
+        self.columns_added += 1
+        return {"op": "add_column", "column": name, "factor": factor}
+
     def tag(self) -> dict:
         ds = self.dataset()
         name = f"w{self.worker}-{self.next_id}-{self.rng.randrange(10**9)}"
@@ -148,7 +165,7 @@ class Worker:
         return {"op": "tag", "tag": name, "version": ds.version}
 
     OPERATIONS = (("append", 5), ("delete", 3), ("update", 4), ("upsert", 3), ("compact", 2), ("index", 1),
-                  ("cleanup", 1), ("tag", 1))
+                  ("cleanup", 1), ("tag", 1), ("add_column", 1))
 
     def run(self, count: int) -> None:
         names = [name for name, _ in self.OPERATIONS]
@@ -156,7 +173,8 @@ class Worker:
         for _ in range(count):
             name = self.rng.choices(names, weights)[0]
             state = (self.next_id, list(self.own), self.rng.getstate())
-            for attempt in range(RETRIES):
+            deadline = time.monotonic() + RETRY_FOR
+            for attempt in itertools.count():
                 try:
                     entry = getattr(self, name)()
                     break
@@ -166,9 +184,10 @@ class Worker:
                     # redo the same operation: same ids, same ranges
                     self.next_id, self.own = state[0], list(state[1])
                     self.rng.setstate(state[2])
-                    time.sleep(0.01 * (attempt + 1) * self.jitter.random())
-            else:
-                raise RuntimeError(f"{self.engine} worker {self.worker}: {name} conflicted {RETRIES} times")
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"{self.engine} worker {self.worker}: {name} conflicted "
+                                           f"{attempt + 1} times in {RETRY_FOR:.0f} s") from exc
+                    time.sleep(min(0.5, 0.01 * (attempt + 1)) * self.jitter.random())
             entry.update(worker=self.worker, engine=self.engine, time=round(time.time(), 3))
             with open(self.log_path, "a", encoding="utf-8") as log:  # one line, appended whole
                 log.write(json.dumps(entry) + "\n")

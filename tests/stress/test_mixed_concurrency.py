@@ -3,8 +3,8 @@
 Processes of both engines append, delete, update, upsert, compact, build and optimise a BTREE index
 and clean up old versions on one local dataset, all at once (``mixed_workers.py``). Afterwards:
 
-* every version left is contiguous, its files exist, every tagged version is still there, and both
-  engines read each with the same rows;
+* every version left is contiguous, its files exist, every tagged version is still there, both
+  engines read each with the same rows, and both engines' ``validate`` pass on each;
 * the latest version holds exactly what the committed operations imply (no lost, duplicated or
   resurrected row, every increment counted once), read by both engines, and pylance's ``validate``
   passes;
@@ -105,9 +105,23 @@ def _check_versions(uri: str, log: pathlib.Path, options: dict[str, str]) -> Non
         missing = [p for p in referenced_files(uri) if not os.path.exists(os.path.join(uri, p))]
         assert not missing, f"manifests reference missing files: {missing}"
     for version in versions:
-        mine = _sorted(ours.dataset(uri, version=version, **options).to_table())
-        theirs = _sorted(pylance.dataset(uri, version=version, **options).to_table())
-        assert mine.equals(theirs), f"version {version} reads differently"
+        mine = ours.dataset(uri, version=version, **options)
+        theirs = pylance.dataset(uri, version=version, **options)
+        for handle in (mine, theirs):
+            handle.validate()  # unique and sorted fragment ids, fragment lengths, indices without overlaps
+        assert _sorted(mine.to_table()).equals(_sorted(theirs.to_table())), f"version {version} reads differently"
+
+
+def _check_added_columns(table: pa.Table, log: pathlib.Path) -> None:
+    """Every added column holds ``id * factor`` or null (rows appended after the add), and ``id * factor``
+    for every shared row (all there since the start, so the add saw them)."""
+    added = [e for e in map(json.loads, log.read_text().splitlines()) if e["op"] == "add_column"]
+    assert sorted(c for c in table.column_names if c[0] == "c") == sorted(e["column"] for e in added)
+    shared = pc.less(table["id"], SHARED)
+    for entry in added:
+        column, want = table[entry["column"]], pc.multiply(table["id"], entry["factor"])
+        assert pc.all(pc.or_kleene(pc.is_null(column), pc.equal(column, want))).as_py(), entry
+        assert pc.all(pc.equal(column.filter(shared), want.filter(shared))).as_py(), entry
 
 
 def check_end_state(uri: str, log: pathlib.Path, storage_options: dict[str, str] | None = None) -> list[dict]:
@@ -120,6 +134,7 @@ def check_end_state(uri: str, log: pathlib.Path, storage_options: dict[str, str]
     assert _sorted(mine.to_table()).equals(expected)
     assert _sorted(theirs.to_table()).equals(expected)
     assert pc.count_distinct(expected["id"]).as_py() == expected.num_rows
+    _check_added_columns(mine.to_table(), log)
     rng = np.random.default_rng(0)
     probe = rng.choice(expected["id"].to_numpy(), size=min(20, expected.num_rows), replace=False)
     missing = [int(k) for k in rng.integers(0, SHARED, 10)] + [OWN_SPAN - 1, 10 * OWN_SPAN]
