@@ -78,6 +78,10 @@ class FragmentReader:
         self._open.clear()
         self._legacy_cache.clear()
 
+    def data_file_rows(self) -> list[int]:
+        """The row count of each data file (from its footer), in the fragment's order."""
+        return [self._reader(n, data_file).num_rows for n, data_file in enumerate(self.fragment.files)]
+
     def _reader(self, number: int, data_file: DataFile) -> LanceFileReader:
         opened = self._open.get(number)
         if opened is not None:

@@ -71,7 +71,7 @@ def _validate_fragment(dataset: LanceDataset, fragment: FragmentMetadata) -> Non
     if len({_is_legacy(f) for f in files}) > 1:
         raise CorruptFileError(first, f"fragment {fragment.id} mixes legacy and 2.x data files")
     with FragmentReader(dataset.store, fragment) as reader:
-        lengths = [reader._reader(n, data_file).num_rows for n, data_file in enumerate(files)]
+        lengths = reader.data_file_rows()
     for length, data_file in zip(lengths, files, strict=True):
         if length != lengths[0]:
             raise CorruptFileError(layout.data_file_path(data_file.path),
