@@ -20,11 +20,13 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 ROWS = 2
 
 
-def _run_writers(uri: str, options: dict, engines: list[str], appends: int) -> None:
+def _run_writers(uri: str, options: dict, engines: list[str], appends: int, tmp_path: pathlib.Path) -> None:
+    secret = tmp_path / "storage_options.json"  # credentials in a file only the user reads, not on command lines
+    secret.touch(mode=0o600)
+    secret.write_text(json.dumps(options))
     procs = [
         subprocess.Popen(
-            [sys.executable, WORKER, engine, uri, str((n + 1) * 1_000_000), str(appends), str(ROWS),
-             json.dumps(options)],
+            [sys.executable, WORKER, engine, uri, str((n + 1) * 1_000_000), str(appends), str(ROWS), str(secret)],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT,
         )
         for n, engine in enumerate(engines)
@@ -49,23 +51,23 @@ def _check(uri: str, options: dict, writers: int, appends: int) -> None:
     assert theirs.version == commits + 1 and theirs.count_rows() == len(ids)
 
 
-def test_eight_processes_25_appends_each_on_seaweedfs(s3_seaweedfs):
+def test_eight_processes_25_appends_each_on_seaweedfs(s3_seaweedfs, tmp_path):
     uri = s3_seaweedfs.new_uri("ds.lance")
     lance.write_dataset(batch(0, ROWS), uri, storage_options=s3_seaweedfs.options)
-    _run_writers(uri, s3_seaweedfs.options, ["ours"] * 8, 25)
+    _run_writers(uri, s3_seaweedfs.options, ["ours"] * 8, 25, tmp_path)
     _check(uri, s3_seaweedfs.options, 8, 25)
 
 
 @pytest.mark.slow
-def test_four_pylance_and_four_of_ours_on_seaweedfs(s3_seaweedfs):
+def test_four_pylance_and_four_of_ours_on_seaweedfs(s3_seaweedfs, tmp_path):
     uri = s3_seaweedfs.new_uri("ds.lance")
     pylance.write_dataset(batch(0, ROWS), uri, storage_options=s3_seaweedfs.options, data_storage_version="2.0")
-    _run_writers(uri, s3_seaweedfs.options, ["ours", "pylance"] * 4, 25)
+    _run_writers(uri, s3_seaweedfs.options, ["ours", "pylance"] * 4, 25, tmp_path)
     _check(uri, s3_seaweedfs.options, 8, 25)
 
 
-def test_two_pylance_and_two_of_ours_through_dynamodb(ddb):
+def test_two_pylance_and_two_of_ours_through_dynamodb(ddb, tmp_path):
     uri = ddb.new_uri("ds.lance")
     pylance.write_dataset(batch(0, ROWS), uri, storage_options=ddb.options, data_storage_version="2.0")
-    _run_writers(uri, ddb.options, ["ours", "pylance"] * 2, 10)
+    _run_writers(uri, ddb.options, ["ours", "pylance"] * 2, 10, tmp_path)
     _check(uri, ddb.options, 4, 10)

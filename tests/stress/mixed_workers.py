@@ -9,7 +9,7 @@ test can compute what the dataset must hold at the end whatever order the commit
 * each worker owns the ids from ``(worker + 1) * OWN_SPAN``: only it appends, deletes, updates or
   upserts them, in its own order;
 * a column added (``id * factor``) holds that for every row the add saw, null for rows appended after;
-* compaction, index builds (BTREE on ``id``, IVF_PQ on ``e``), index optimisation, cleanup and tags
+* compaction, index builds (BTREE on ``id``, IVF_PQ on ``e``, full-text on ``s``), index optimisation, cleanup and tags
   change no row (a tagged version must survive every cleanup).
 
 Conflicts the engines report (pylance's retryable-conflict errors, our ``CommitConflictError``) make
@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import json
+import pathlib
 import random
 import sys
 import time
@@ -132,16 +133,21 @@ class Worker:
         return {"op": "compact"}
 
     def index(self) -> dict:
+        """Build a missing index (pylance alone builds the full-text one), else optimise them all."""
         ds = self.dataset()
         names = {i.name for i in ds.describe_indices()}
-        if names >= {"id_idx", "e_idx"} or (names and self.rng.random() < 0.6):
+        missing = [n for n in ("id_idx", "e_idx", "s_idx") if n not in names and (n != "s_idx" or self.engine == "pylance")]
+        if not missing or (names and self.rng.random() < 0.6):
             ds.optimize.optimize_indices()
             return {"op": "optimize_indices"}
-        if "e_idx" in names or (self.rng.random() < 0.5 and "id_idx" not in names):
-            ds.create_scalar_index("id", "BTREE", name="id_idx", replace=True)
-            return {"op": "create_index", "name": "id_idx"}
-        ds.create_index("e", "IVF_PQ", name="e_idx", num_partitions=2, num_sub_vectors=2, replace=True)
-        return {"op": "create_index", "name": "e_idx"}
+        name = self.rng.choice(missing)
+        if name == "id_idx":
+            ds.create_scalar_index("id", "BTREE", name=name, replace=True)
+        elif name == "e_idx":
+            ds.create_index("e", "IVF_PQ", name=name, num_partitions=2, num_sub_vectors=2, replace=True)
+        else:
+            ds.create_scalar_index("s", "INVERTED", name=name, replace=True)
+        return {"op": "create_index", "name": name}
 
     def cleanup(self) -> dict:
         self.dataset().cleanup_old_versions(older_than=CLEANUP_AFTER, error_if_tagged_old_versions=False)
@@ -194,7 +200,7 @@ class Worker:
 
 
 if __name__ == "__main__":
-    # engine uri worker seed count log_path [storage options as JSON]
+    # engine uri worker seed count log_path [file holding the storage options as JSON]
     engine_, uri_, worker_, seed_, count_, log_, *options_ = sys.argv[1:]
-    Worker(engine_, uri_, int(worker_), int(seed_), log_, json.loads(options_[0]) if options_ else None
-           ).run(int(count_))
+    storage = json.loads(pathlib.Path(options_[0]).read_text()) if options_ else None
+    Worker(engine_, uri_, int(worker_), int(seed_), log_, storage).run(int(count_))

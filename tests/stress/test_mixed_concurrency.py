@@ -1,15 +1,17 @@
 """Our core and pylance changing one dataset at the same time, with every kind of operation.
 
-Processes of both engines append, delete, update, upsert, compact, build and optimise a BTREE index
-and clean up old versions on one local dataset, all at once (``mixed_workers.py``). Afterwards:
+Processes of both engines append, delete, update, upsert, compact, add columns, build and optimise
+indices (BTREE, IVF_PQ, full-text), tag and clean up old versions on one dataset, all at once
+(``mixed_workers.py``). Afterwards:
 
-* every version left is contiguous, its files exist, every tagged version is still there, both
-  engines read each with the same rows, and both engines' ``validate`` pass on each;
+* the versions cleanup left (every tagged one among them) have their files, both engines read each
+  with the same rows, and both engines' ``validate`` pass on each;
 * the latest version holds exactly what the committed operations imply (no lost, duplicated or
   resurrected row, every increment counted once), read by both engines, and pylance's ``validate``
   passes;
-* the BTREE index answers point and range lookups as a scan does, and a search through the IVF_PQ
-  index returns live rows with their current values.
+* the BTREE index answers point and range lookups as a scan does, pylance's full-text search finds
+  exactly the live rows, and a search through the IVF_PQ index returns live rows with their current
+  values.
 
 The short run is part of ``make test``; ``make stress`` runs more workers for longer.
 """
@@ -39,8 +41,16 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 def run_workers(uri: str, engines: list[str], operations: int, log: pathlib.Path, seed: int,
                 options: dict[str, str] | None = None) -> None:
-    """One ``mixed_workers.py`` process per engine, all at once; fails with the tracebacks of any that failed."""
-    extra = [json.dumps(options)] if options else []
+    """One ``mixed_workers.py`` process per engine, all at once; fails with the tracebacks of any that failed.
+
+    Storage options (credentials) reach the workers in a file only the user can read, never on their
+    command lines or in their environment."""
+    extra = []
+    if options:
+        secret = log.with_name("storage_options.json")
+        secret.touch(mode=0o600)
+        secret.write_text(json.dumps(options))
+        extra = [str(secret)]
     procs = [
         subprocess.Popen([sys.executable, WORKER, engine, uri, str(n), str(seed * 100 + n), str(operations), str(log),
                           *extra], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
@@ -145,6 +155,12 @@ def check_end_state(uri: str, log: pathlib.Path, storage_options: dict[str, str]
             assert _sorted(mine.to_table(filter=f"id = {key}")).equals(want)
         want = expected.filter(pc.and_(pc.greater_equal(expected["id"], 100), pc.less(expected["id"], 900)))
         assert _sorted(theirs.to_table(filter="id >= 100 AND id < 900")).equals(want)
+    if any(i.name == "s_idx" for i in theirs.describe_indices()):
+        # pylance's full-text search finds exactly the live row of each ``s`` token ("s{id}")
+        live = set(expected["id"].to_pylist())
+        for key in list(probe) + missing:
+            found = theirs.to_table(full_text_query=f"s{key}", columns=["id"])["id"].to_pylist()
+            assert found == ([int(key)] if int(key) in live else []), (key, found)
     if any(i.name == "e_idx" for i in theirs.describe_indices()):
         # pylance's search through the remapped and optimised IVF_PQ index returns live rows only, each
         # with its current values (a stale row address would show a deleted row or another row's values)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pathlib
 import sys
 
 import numpy as np
@@ -30,6 +31,7 @@ def append_loop(
 
 
 if __name__ == "__main__":
-    # engine uri first_id count rows [storage options as JSON]
+    # engine uri first_id count rows [file holding the storage options as JSON: never on the command line]
     engine, uri, first, count, rows, *options = sys.argv[1:]
-    append_loop(engine, uri, int(first), int(count), int(rows), json.loads(options[0]) if options else None)
+    append_loop(engine, uri, int(first), int(count), int(rows),
+                json.loads(pathlib.Path(options[0]).read_text()) if options else None)
