@@ -9,8 +9,8 @@ test can compute what the dataset must hold at the end whatever order the commit
 * each worker owns the ids from ``(worker + 1) * OWN_SPAN``: only it appends, deletes, updates or
   upserts them, in its own order;
 * a column added (``id * factor``) holds that for every row the add saw, null for rows appended after;
-* compaction, index builds (BTREE on ``id``, IVF_PQ on ``e``, full-text on ``s``), index optimisation, cleanup and tags
-  change no row (a tagged version must survive every cleanup).
+* compaction, index builds (BTREE on ``id``, IVF_PQ on ``e``, full-text on ``s``), index
+  optimisation, cleanup and tags change no row (a tagged version must survive every cleanup).
 
 Conflicts the engines report (pylance's retryable-conflict errors, our ``CommitConflictError``) make
 the worker retry the operation on the latest version; any other error ends the worker with a
