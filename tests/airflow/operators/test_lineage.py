@@ -37,7 +37,11 @@ import json, sys
 sys.path[:0] = [{str(REPO)!r}, {str(REPO / "tests" / "airflow")!r}]
 from lance_airflow_testing import load_dag
 dag_run = load_dag("lance_test_lineage.py", sys.argv[1]).test()
-print("TASK_STATES=" + json.dumps({{ti.task_id: ti.state for ti in dag_run.get_task_instances()}}))
+# one write with its newline: print() writes the line and its end separately, and a log line of the
+# OpenLineage client's thread landed between them once
+states = {{ti.task_id: ti.state for ti in dag_run.get_task_instances()}}
+sys.stdout.write("\\nTASK_STATES=" + json.dumps(states) + "\\n")
+sys.stdout.flush()
 """
 
 
@@ -80,7 +84,7 @@ def _run(root: pathlib.Path, extra_env: dict[str, str], dag_id: str = DAG_ID) ->
     output = result.stdout + result.stderr
     states = [line for line in result.stdout.splitlines() if line.startswith("TASK_STATES=")]
     assert result.returncode == 0 and states, output[-5000:]
-    return json.loads(states[-1].removeprefix("TASK_STATES=")), output
+    return json.JSONDecoder().raw_decode(states[-1].removeprefix("TASK_STATES="))[0], output
 
 
 def _openlineage_env(events_file: pathlib.Path, **settings: str) -> dict[str, str]:
