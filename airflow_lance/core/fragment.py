@@ -34,6 +34,11 @@ class DataFile:
     file_size_bytes: int | None = None
     base_id: int | None = None
 
+    @property
+    def is_legacy(self) -> bool:
+        """A legacy (0.1/0.2) file: no column indices, every field id listed is stored in it."""
+        return self.file_major_version == 0 and self.file_minor_version < 3
+
     def to_pb(self) -> table_pb2.DataFile:
         pb = table_pb2.DataFile(
             path=self.path,

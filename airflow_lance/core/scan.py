@@ -40,8 +40,7 @@ def _check_data_file(data_file: DataFile, path: str) -> None:
 
 
 def _column_index(data_file: DataFile) -> dict[int, int]:
-    if data_file.file_major_version == 0 and data_file.file_minor_version < 3:
-        # legacy files have no column indices: every field id listed is stored in the file
+    if data_file.is_legacy:
         return {field_id: field_id for field_id in data_file.fields if field_id >= 0}
     return {field_id: column for field_id, column in zip(data_file.fields, data_file.column_indices) if field_id >= 0}
 

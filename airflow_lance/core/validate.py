@@ -24,7 +24,7 @@ from airflow_lance.core import layout
 from airflow_lance.core._proto import table_pb2
 from airflow_lance.core.deletion import deletion_path, read_deletion_vector
 from airflow_lance.core.errors import CorruptFileError
-from airflow_lance.core.fragment import DataFile, FragmentMetadata
+from airflow_lance.core.fragment import FragmentMetadata
 from airflow_lance.core.indices.metadata import fragment_bitmap, index_uuid, parse_section
 from airflow_lance.core.manifest import ManifestFile
 from airflow_lance.core.scan import FragmentReader
@@ -63,12 +63,12 @@ def _validate_fragment(dataset: LanceDataset, fragment: FragmentMetadata) -> Non
         if twice or len(set(fields)) != len(fields):
             raise CorruptFileError(path, f"field id {(twice or fields)[0]} is stored twice in fragment {fragment.id}")
         seen.update(fields)
-        if _is_legacy(data_file) and any(b <= a for a, b in itertools.pairwise(data_file.fields)):
+        if data_file.is_legacy and any(b <= a for a, b in itertools.pairwise(data_file.fields)):
             raise CorruptFileError(path, "field ids are not in increasing order")
-        if not _is_legacy(data_file) and len(data_file.fields) != len(data_file.column_indices):
+        if not data_file.is_legacy and len(data_file.fields) != len(data_file.column_indices):
             raise CorruptFileError(path, f"{len(data_file.fields)} field ids but "
                                          f"{len(data_file.column_indices)} column indices")
-    if len({_is_legacy(f) for f in files}) > 1:
+    if len({f.is_legacy for f in files}) > 1:
         raise CorruptFileError(first, f"fragment {fragment.id} mixes legacy and 2.x data files")
     with FragmentReader(dataset.store, fragment) as reader:
         lengths = reader.data_file_rows()
@@ -89,10 +89,6 @@ def _validate_fragment(dataset: LanceDataset, fragment: FragmentMetadata) -> Non
                                      f"{deletion.num_deleted_rows}")
     if len(offsets) and int(offsets.max()) >= lengths[0]:
         raise CorruptFileError(path, f"deletes row {int(offsets.max())} of a fragment of {lengths[0]} rows")
-
-
-def _is_legacy(data_file: DataFile) -> bool:
-    return data_file.file_major_version == 0 and data_file.file_minor_version < 3
 
 
 def _validate_indices(manifest_file: ManifestFile) -> None:
