@@ -557,3 +557,40 @@ def test_searches_after_whole_fragments_leave_return_k_rows_as_pylance(tmp_path,
     for q in VECTORS[0:1000:50]:  # the nearest rows of these were in the fragments that left
         found = _knn(uri, q, "l2", 2)
         assert len(found) == K and set(found.tolist()) <= live
+
+
+@pytest.mark.parametrize("steps", [
+    ["delete:id < 1000", "delete:id < 1500", "delete:id < 5000"],  # segments empty one by one, then all
+    ["delete:id < 5000"],  # every segment of each name empty at once
+    ["update:id < 1500", "delete:id >= 1500"],
+    ["update:id >= 0"],
+    ["delete:id < 300", "update:id >= 1000"],
+], ids=["one_by_one", "all_at_once", "update_then_delete", "update_all", "partial"])
+def test_empty_index_segments_go_as_pylance_drops_them(tmp_path, steps):
+    """Deletes and updates keep fragment bitmaps and drop index segments as pylance 14 does: of several
+    segments of one name, those covering no existing fragment go while another covers one, else the
+    oldest stays; a lone segment stays (vector ones too). Compared on identical copies, after each step."""
+    def build(uri: str) -> None:
+        pylance.write_dataset(_table(0, 1000), uri, max_rows_per_file=500)
+        pylance.dataset(uri).create_index("vec", "IVF_PQ", **_params("IVF_PQ", 2))
+        pylance.dataset(uri).create_scalar_index("id", "BTREE")
+        pylance.write_dataset(_table(1000, 1500), uri, mode="append")
+        pylance.dataset(uri).create_index("vec", "IVF_PQ", name="second", replace=True, **_params("IVF_PQ", 2))
+        pylance.write_dataset(_table(1500, 2000), uri, mode="append")
+        pylance.dataset(uri).optimize.optimize_indices(num_indices_to_merge=0)  # a segment per name more
+
+    def shape(uri: str) -> list[tuple]:
+        return sorted((i["name"], i["type"], sorted(i["fragment_ids"])) for i in pylance.dataset(uri).list_indices())
+
+    mine, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
+    build(mine)
+    shutil.copytree(mine, theirs)
+    assert len(shape(mine)) == 6
+    for step in steps:
+        kind, predicate = step.split(":")
+        for engine, uri in ((lance, mine), (pylance, theirs)):
+            if kind == "delete":
+                engine.dataset(uri).delete(predicate)
+            else:
+                engine.dataset(uri).update({"id": "id + 100000"}, where=predicate)
+        assert shape(mine) == shape(theirs), step
