@@ -438,3 +438,26 @@ def test_pylance_commits_over_our_create_index(uri):
     ds = pylance.dataset(uri)
     assert ds.version == read_version + 2 and [d.name for d in ds.describe_indices()] == ["i_idx"]
     assert_pylance_uses_index(uri, "i", "i_idx")
+
+
+def test_fragments_updated_in_place_leave_only_the_indices_on_the_updated_fields_as_pylance(uri):
+    """An Update committed with ``fields_modified`` (pylance's rewrite-columns form, here with the
+    fragment's files unchanged) takes the updated fragment out of the bitmaps of the indices on those
+    fields only, in both engines."""
+    _written(uri)
+    pylance.dataset(uri).create_scalar_index("i", "BTREE")
+    pylance.dataset(uri).create_scalar_index("s", "BITMAP")
+    oracle = uri + "-oracle"
+    shutil.copytree(uri, oracle)
+    field = {f.name: f.id for f in lance.dataset(uri).lance_schema.fields}["s"]
+    mine = lance.dataset(uri)
+    first = mine.get_fragments()[0].metadata
+    lance.LanceDataset.commit(uri, lance.LanceOperation.Update(
+        updated_fragments=[first], fields_modified=[field], update_mode="rewrite_columns"), read_version=mine.version)
+    theirs = pylance.dataset(oracle)
+    pylance.LanceDataset.commit(oracle, pylance.LanceOperation.Update(
+        updated_fragments=[theirs.get_fragments()[0].metadata], fields_modified=[field], update_mode="rewrite_columns"),
+        read_version=theirs.version)
+    listed = [{i["name"]: sorted(i["fragment_ids"]) for i in pylance.dataset(u).list_indices()} for u in (uri, oracle)]
+    assert listed[0] == listed[1]
+    assert 0 in listed[0]["i_idx"] and 0 not in listed[0]["s_idx"]
