@@ -536,8 +536,12 @@ def _apply_update_config(
 
 def _apply_create_index(op: LanceOperation.CreateIndex, base: ManifestFile | None, ctx: ApplyContext) -> NextManifest:
     """pylance's CreateIndex: drop ``removed_indices`` (by uuid), add ``new_indices`` with their
-    fragment bitmaps limited to the fragments that still exist (a concurrent delete may have
-    removed some); no index left means no index section."""
+    fragment bitmaps as built; no index left means no index section.
+
+    A fragment a concurrent delete removed stays in the new index's bitmap, as pylance 14 keeps it:
+    the index holds that fragment's rows, and a bitmap fragment missing from the manifest is how
+    readers know to mask them (without it, pylance's vector searches return those rows' entries,
+    which read back as nothing, and give fewer than k rows)."""
     manifest = _copy_base(base, "create an index")
     assert base is not None
     section = table_pb2.IndexSection()
@@ -545,14 +549,7 @@ def _apply_create_index(op: LanceOperation.CreateIndex, base: ManifestFile | Non
         section.ParseFromString(base.index_section)
     removed = {index.uuid.uuid for index in op.removed_indices}
     kept = [index for index in section.indices if index.uuid.uuid not in removed]
-    existing = pyroaring.BitMap(f.id for f in manifest.fragments)
-    for new in op.new_indices:
-        index = table_pb2.IndexMetadata()
-        index.CopyFrom(new)
-        bitmap = pyroaring.BitMap.deserialize(index.fragment_bitmap) if index.fragment_bitmap else pyroaring.BitMap()
-        if not bitmap <= existing:
-            index.fragment_bitmap = (bitmap & existing).serialize()
-        kept.append(index)
+    kept.extend(op.new_indices)
     _finish(manifest, base.manifest, ctx)
     return NextManifest(manifest, table_pb2.IndexSection(indices=kept).SerializeToString() if kept else None)
 

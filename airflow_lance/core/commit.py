@@ -26,7 +26,7 @@ import time
 
 from airflow_lance.core import auto_cleanup, feature_flags, layout
 from airflow_lance.core.apply import ApplyContext, build_next_manifest
-from airflow_lance.core.conflicts import INCOMPATIBLE, REBASE, RETRY, check
+from airflow_lance.core.conflicts import INCOMPATIBLE, REBASE, RETRY, check, rebase_create_index
 from airflow_lance.core.errors import (
     CommitConflictError,
     CommitStateUnknownError,
@@ -40,7 +40,7 @@ from airflow_lance.core.legacy_dictionaries import manifest_dictionaries
 from airflow_lance.core.manifest import ManifestFile, serialize_manifest
 from airflow_lance.core.rebase import rebase_deletions
 from airflow_lance.core.storage import ObjectStore, external
-from airflow_lance.core.transaction import IDEMPOTENCY_KEY, Transaction, write_transaction_file
+from airflow_lance.core.transaction import IDEMPOTENCY_KEY, LanceOperation, Transaction, write_transaction_file
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +182,11 @@ def commit_transaction(
         if base is not None:
             feature_flags.check_writable(base.manifest, store.uri)
         current = transaction
-        if needs_rebase and base is not None:
+        if needs_rebase and base is not None and isinstance(transaction.operation, LanceOperation.CreateIndex):
+            current = rebase_create_index(
+                transaction, (history.concurrent_transaction(v, read_version) for v in range(read_version + 1, latest + 1))
+            )
+        elif needs_rebase and base is not None:
             read = _read_version_manifest(history, read_version) if read_version else None
             current = rebase_deletions(store, transaction, base, read)
         if written is None or current is not written:

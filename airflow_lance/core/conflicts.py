@@ -7,9 +7,13 @@ as a retryable conflict: conservative, never wrong.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
+import pyroaring
+
+from airflow_lance.core._proto import table_pb2
 from airflow_lance.core.transaction import LanceOperation, Transaction
 
 
@@ -17,7 +21,7 @@ class Outcome(enum.Enum):
     """What a concurrent transaction means for ours."""
 
     OK = "compatible"
-    REBASE = "rebase"  # compatible after merging deletion vectors of shared fragments
+    REBASE = "rebase"  # compatible after merging deletion vectors (or, for a new index, pruning its bitmap)
     RETRY = "retryable conflict"  # redo the operation on the new version
     INCOMPATIBLE = "incompatible"
 
@@ -203,21 +207,45 @@ def _index_fields(operation: LanceOperation.BaseOperation) -> set[int]:
 
 
 def _create_index(mine: Transaction, theirs: Transaction) -> Outcome:
-    """An index built on the read version stays right over appends and deletes (its bitmap is
-    limited to the surviving fragments at commit; deleted rows are masked at query time), and
-    next to other indices of other names. Anything that rewrites rows or the indexed columns, or
-    touches the same index names, makes us rebuild on the latest version."""
+    """An index built on the read version stays right over appends, deletes and updates that
+    rewrite rows (the rows they replaced are masked by deletion vectors at query time, the rows
+    they wrote are in new fragments the index does not cover), and next to other indices of other
+    names. Over an update that rewrote indexed columns in place it commits too, without the
+    fragments that update changed (a rebase, as pylance 14 does). Anything that rewrites fragments,
+    or a change of the same index names, makes us rebuild on the latest version (stricter than
+    Lance for merge and project)."""
     kind = theirs.kind
     if kind in ("append", "delete", "reserve_fragments", "update_config"):
         return OK
     if kind == "create_index":
         return RETRY if _index_names(mine.operation) & _index_names(theirs.operation) else OK
     if kind == "update":
-        op = theirs.operation
-        assert isinstance(op, LanceOperation.Update)
-        rewrites = op.update_mode == "rewrite_columns" or op.updated_fragments
-        return RETRY if rewrites and set(op.fields_modified) & _index_fields(mine.operation) else OK
+        return REBASE if _updated_in_place(theirs.operation, _index_fields(mine.operation)) else OK
     return RETRY  # rewrite, merge, project, data_replacement, overwrite, restore, unknown
+
+
+def _updated_in_place(operation: LanceOperation.BaseOperation, fields: set[int]) -> set[int]:
+    """The fragments an Update rewrote in place on any of ``fields`` (none for a row rewrite)."""
+    if not isinstance(operation, LanceOperation.Update) or operation.update_mode != "rewrite_columns":
+        return set()
+    return {f.id for f in operation.updated_fragments} if set(operation.fields_modified) & fields else set()
+
+
+def rebase_create_index(mine: Transaction, concurrent: Iterable[Transaction]) -> Transaction:
+    """``mine`` (a CreateIndex) without, in each new index's fragment bitmap, the fragments that a
+    concurrent update rewrote in place on that index's fields: the index holds their old values."""
+    op = mine.operation
+    assert isinstance(op, LanceOperation.CreateIndex)
+    concurrent = list(concurrent)
+    new_indices = []
+    for index in op.new_indices:
+        stale = set().union(*(_updated_in_place(t.operation, set(index.fields)) for t in concurrent))
+        if stale and index.fragment_bitmap:
+            bitmap = pyroaring.BitMap.deserialize(index.fragment_bitmap) - pyroaring.BitMap(stale)
+            index = table_pb2.IndexMetadata.FromString(index.SerializeToString())
+            index.fragment_bitmap = bitmap.serialize()
+        new_indices.append(index)
+    return dataclasses.replace(mine, operation=dataclasses.replace(op, new_indices=new_indices))
 
 
 _RULES: dict[type, Callable[[Transaction, Transaction], Outcome]] = {

@@ -274,14 +274,23 @@ def test_bad_input_raises_typed_errors_before_writing(uri):
 
 
 def test_concurrent_writes_while_building(uri):
+    """A delete that removed a whole fragment and an append land while the index is built: the index
+    commits at its read version, covering the removed fragment (its rows are in the index; a bitmap
+    fragment missing from the manifest is how readers mask them) and not the appended one, as
+    pylance 14 does on an identical copy."""
     _written(uri)
-    builder = lance.dataset(uri)
-    lance.dataset(uri).delete("id < 4000")  # fragment 0 removed after the builder read
-    lance.dataset(uri).insert(_data(100))  # a new fragment the index does not cover
-    builder.create_scalar_index("i", "BTREE")
+    oracle = uri + "-oracle"
+    shutil.copytree(uri, oracle)
+    for lib, path in ((lance, uri), (pylance, oracle)):
+        builder = lib.dataset(path)
+        lib.dataset(path).delete("id < 4000")  # fragment 0 removed after the builder read
+        lib.dataset(path).insert(_data(100))  # a new fragment the index does not cover
+        builder.create_scalar_index("i", "BTREE")
     [index] = pylance.dataset(uri).list_indices()
+    [theirs] = pylance.dataset(oracle).list_indices()
     fragments = [f.fragment_id for f in pylance.dataset(uri).get_fragments()]
-    assert sorted(index["fragment_ids"]) == fragments[:-1] and index["version"] == 2
+    assert sorted(index["fragment_ids"]) == [0, *fragments[:-1]] == sorted(theirs["fragment_ids"])
+    assert index["version"] == 2
     assert_pylance_uses_index(uri, "i", "i_idx")
 
 
@@ -461,3 +470,54 @@ def test_fragments_updated_in_place_leave_only_the_indices_on_the_updated_fields
     listed = [{i["name"]: sorted(i["fragment_ids"]) for i in pylance.dataset(u).list_indices()} for u in (uri, oracle)]
     assert listed[0] == listed[1]
     assert 0 in listed[0]["i_idx"] and 0 not in listed[0]["s_idx"]
+
+
+def test_an_index_built_on_an_older_version_commits_over_updates_that_rewrote_rows_as_pylance(uri):
+    """pylance's upsert and update of the indexed column, which rewrote rows (old rows masked by
+    deletion vectors, new rows in new fragments), do not make an index built before them rebuild:
+    pylance 14 commits it at its read version, and so do we. Both engines then list the same
+    fragments for it and answer every filter through it as a full scan."""
+    _written(uri)
+    oracle = uri + "-oracle"
+    shutil.copytree(uri, oracle)
+    source = _data(30, seed=9).set_column(0, "id", pa.array([*range(0, 9000, 400), *range(20_000, 20_007)],
+                                                              pa.int64()))
+    for lib, path in ((lance, uri), (pylance, oracle)):
+        builder = lib.dataset(path)
+        read_version = builder.version
+        pylance.dataset(path).merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(source)
+        pylance.dataset(path).update({"i": "i + 100"}, where="id < 30")
+        builder.create_scalar_index("i", "BTREE")
+        assert lib.dataset(path).read_transaction(read_version + 3).read_version == read_version, lib.__name__
+    listed = [{i["name"]: sorted(i["fragment_ids"]) for i in pylance.dataset(u).list_indices()} for u in (uri, oracle)]
+    assert listed[0] == listed[1]
+    for path in (uri, oracle):
+        assert_pylance_uses_index(path, "i", "i_idx")
+    ours = lance.dataset(uri)
+    for flt in FILTERS["i"] + ["i > 100"]:
+        assert _same(ours.to_table(filter=flt).sort_by("id"), pylance.dataset(uri).to_table(filter=flt).sort_by("id"))
+
+
+def test_an_index_committed_over_an_update_in_place_of_its_column_leaves_that_fragment_out_as_pylance(uri):
+    """pylance 14's merge insert rewrites columns in place when it only updates (an Update in
+    ``rewrite_columns`` mode naming the fields it changed). An index built before that commits at its
+    read version in both engines, without the updated fragment in its bitmap when the update changed
+    its column (the index holds the old values there), with it otherwise."""
+    _written(uri)
+    oracle = uri + "-oracle"
+    shutil.copytree(uri, oracle)
+    field = {f.name: f.id for f in lance.dataset(uri).lance_schema.fields}["i"]
+    for lib, path in ((lance, uri), (pylance, oracle)):
+        builders = lib.dataset(path), lib.dataset(path)
+        read_version = builders[0].version
+        first = pylance.dataset(path).get_fragments()[0].metadata
+        pylance.LanceDataset.commit(path, pylance.LanceOperation.Update(
+            updated_fragments=[first], fields_modified=[field], update_mode="rewrite_columns"), read_version=read_version)
+        builders[0].create_scalar_index("i", "BTREE")
+        builders[1].create_scalar_index("s", "BTREE")
+        for version in (read_version + 2, read_version + 3):
+            assert lib.dataset(path).read_transaction(version).read_version == read_version, lib.__name__
+    listed = [{i["name"]: sorted(i["fragment_ids"]) for i in pylance.dataset(u).list_indices()} for u in (uri, oracle)]
+    assert listed[0] == listed[1]
+    assert 0 not in listed[0]["i_idx"] and 0 in listed[0]["s_idx"]
+    assert_pylance_uses_index(uri, "i", "i_idx")
