@@ -218,9 +218,13 @@ class LanceCompactFilesOperator(_LanceMaintenanceOperator):
     commits all of them as one Rewrite, or nothing: one new version in either mode (the
     new fragments get their ids at commit), two when scalar indices cover rewritten fragments
     (a ``ReserveFragments`` first, then the Rewrite with the indices remapped, as pylance). The
-    commit uses the plan's read version: a delete committed concurrently fails the task
-    with a retryable conflict (the files written for it are removed), it never brings
-    deleted rows back; a concurrent append is compatible. In mode ``spark`` the job's result is
+    commit uses the plan's read version, so a delete or update committed concurrently never
+    brings deleted rows back: the compaction tasks whose fragments a concurrent commit changed
+    are left out of the commit (their files removed, logged, counted in
+    ``tasks_skipped_conflict``; the next run compacts those fragments) and the others commit,
+    so maintenance makes progress beside writers that never pause. When every task conflicts
+    (or with ``skip_conflicting=False``, any), the task fails with a retryable conflict and
+    commits nothing; a concurrent append is compatible. In mode ``spark`` the job's result is
     staged until the commit: a retry of a try that failed after the job and before the commit
     commits that result without running Spark again, when it plans the same compaction (same read
     version and tasks) and every file the job wrote is still there; otherwise the job runs again.
@@ -235,6 +239,8 @@ class LanceCompactFilesOperator(_LanceMaintenanceOperator):
     :param mode: ``local`` or ``spark``. (templated)
     :param skip_when_nothing_to_compact: mark the task skipped when the plan has no tasks
         (default); otherwise return zero metrics.
+    :param skip_conflicting: commit the tasks no concurrent commit conflicts with and leave out
+        the others (default); False: all or nothing, as pylance's ``compact_files``.
     :param lance_conn_id: the ``lance`` connection.
     :param spark_conn_id: the ``spark`` connection (mode ``spark``).
     :param conf: Spark configuration (mode ``spark``). (templated)
@@ -248,8 +254,8 @@ class LanceCompactFilesOperator(_LanceMaintenanceOperator):
 
     Returns ``{"uri", "version", "read_version", "mode", "fragments_before", "fragments_after",
     "fragments_removed", "fragments_added", "files_removed", "files_added", "rows", "bytes",
-    "fragments_skipped_indexed", "versions_created", "seconds"}`` and sets it as the extra of
-    the dataset's asset event. ``version`` is the compaction's version (the dataset's version
+    "fragments_skipped_indexed", "tasks_skipped_conflict", "versions_created", "seconds"}`` and sets it
+    as the extra of the dataset's asset event. ``version`` is the compaction's version (the dataset's version
     when there was nothing to compact), ``versions_created`` 1 (2 with remapped indices, 0 when
     nothing was committed).
     ``files_removed`` counts the files the compaction dropped from the dataset: they stay in
@@ -268,6 +274,7 @@ class LanceCompactFilesOperator(_LanceMaintenanceOperator):
         compaction_options: Mapping[str, Any] | None = None,
         mode: str = "local",
         skip_when_nothing_to_compact: bool = True,
+        skip_conflicting: bool = True,
         lance_conn_id: str | None = DEFAULT_CONN_ID,
         spark_conn_id: str = "spark_default",
         conf: Mapping[str, Any] | None = None,
@@ -281,6 +288,7 @@ class LanceCompactFilesOperator(_LanceMaintenanceOperator):
         self.compaction_options = dict(compaction_options or {})
         self.mode = mode
         self.skip_when_nothing_to_compact = skip_when_nothing_to_compact
+        self.skip_conflicting = skip_conflicting
         self.spark_conn_id = spark_conn_id
         self.conf = dict(conf or {})
         self.spark_binary = spark_binary
@@ -339,6 +347,9 @@ class LanceCompactFilesOperator(_LanceMaintenanceOperator):
         if metrics.fragments_skipped_indexed:
             self.log.warning("%d fragments were not compacted because an index covers them",
                              metrics.fragments_skipped_indexed)
+        if metrics.tasks_skipped_conflict:
+            self.log.warning("%d of %d compaction tasks were left out: concurrent commits changed their fragments "
+                             "(the next run compacts them)", metrics.tasks_skipped_conflict, len(results))
         return self._emit(context, summary)
 
     @staticmethod
@@ -381,7 +392,7 @@ class LanceCompactFilesOperator(_LanceMaintenanceOperator):
         """One Rewrite at the plan's read version; the new files (and the staged result) are removed if it
         cannot land, the staged result once it landed."""
         try:
-            metrics = lance.Compaction.commit(ds, results)
+            metrics = lance.Compaction.commit(ds, results, skip_conflicting=self.skip_conflicting)
         except lance.CommitStateUnknownError:
             raise  # the version may reference the files: keep them (a retry finds the files and the result)
         except lance.LanceError:

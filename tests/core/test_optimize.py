@@ -6,10 +6,11 @@ import dataclasses
 import datetime as dt
 import json
 import os
-import time
 import pickle
+import time
 from collections import Counter
 
+import lance as pylance
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -224,6 +225,95 @@ def test_concurrent_delete_between_plan_and_commit_never_resurrects_rows(uri, wh
     assert lance.dataset(uri).count_rows("id % 2 = 0") == 0
     compact_files(uri)  # a fresh plan works
     assert lance.dataset(uri).to_table().equals(expected)
+
+
+def _two_task_plan(uri: str, **options) -> list[RewriteResult]:
+    """Fragments 0-3 (ids 0-99) and 5-8 (ids 500-599) planned as two tasks: fragment 4 (ids 100-499)
+    has too many rows to take part, so it splits the candidates."""
+    fragments(uri, [25, 25, 25, 25, 400, 25, 25, 25, 25])
+    plan = Compaction.plan(uri, target_rows_per_fragment=200, **options)
+    assert groups(plan) == [[0, 1, 2, 3], [5, 6, 7, 8]]
+    return [task.execute(uri) for task in plan.tasks]
+
+
+@pytest.mark.parametrize("index", [False, True], ids=["no_index", "btree_remapped"])
+def test_skip_conflicting_commits_the_tasks_no_concurrent_commit_touched(uri, index):
+    """A concurrent delete in fragment 1 conflicts with the first task only: all-or-nothing (pylance's
+    rule, the default) fails, ``skip_conflicting`` commits the second task and removes the first one's
+    files; pylance then reads the rows our scan reads (and uses the remapped index)."""
+    results = _two_task_plan(uri)
+    if index:
+        pylance.dataset(uri).create_scalar_index("id", "BTREE")
+        results = [task.execute(uri) for task in Compaction.plan(uri, target_rows_per_fragment=200).tasks]
+    lance.dataset(uri).delete("id = 30")  # fragment 1, after the plan
+    expected = lance.dataset(uri).to_table()
+    written = data_files(uri)
+    with pytest.raises(CommitConflictError):
+        Compaction.commit(uri, results)
+    assert data_files(uri) == written and lance.dataset(uri).to_table().equals(expected)
+    metrics = Compaction.commit(uri, results, skip_conflicting=True)
+    assert (metrics.tasks_skipped_conflict, metrics.fragments_removed, metrics.fragments_added) == (1, 4, 1)
+    skipped = {f.path for f in results[0].new_fragments[0].files}
+    assert not skipped & data_files(uri)  # the left-out task's files are gone
+    ds = lance.dataset(uri)
+    assert sorted(f.fragment_id for f in ds.get_fragments()) == [0, 1, 2, 3, 4, 9]
+    assert ds.to_table().sort_by("id").equals(expected.sort_by("id"))
+    theirs = pylance.dataset(uri)
+    assert theirs.to_table().sort_by("id").equals(expected.sort_by("id"))
+    if index:
+        assert theirs.to_table(filter="id = 550").num_rows == 1 and theirs.to_table(filter="id = 30").num_rows == 0
+        assert "ScalarIndexQuery" in theirs.scanner(filter="id = 550").explain_plan()
+    # committing the same results again (a retried task) commits nothing and reports the same outcome
+    again = Compaction.commit(uri, results, skip_conflicting=True)
+    assert (again.version, again.versions_created, again.tasks_skipped_conflict) == (metrics.version, 0, 1)
+    assert lance.dataset(uri).version == ds.version
+
+
+@pytest.mark.parametrize("index", [False, True], ids=["no_index", "btree_remapped"])
+def test_skip_conflicting_leaves_out_what_a_delete_landing_during_the_commit_touched(uri, monkeypatch, index):
+    """A delete lands between the checks and the Rewrite's commit (after the reservation and the index
+    remap): that commit attempt conflicts, its remapped index files are removed, and the next attempt
+    commits without the task the delete touched."""
+    from airflow_lance.core.optimize import committer
+
+    results = _two_task_plan(uri)
+    if index:
+        pylance.dataset(uri).create_scalar_index("id", "BTREE")
+        results = [task.execute(uri) for task in Compaction.plan(uri, target_rows_per_fragment=200).tasks]
+    real, calls = committer.commit_transaction, []
+
+    def delete_first(store, transaction, **kwargs):
+        if isinstance(transaction.operation, lance.LanceOperation.Rewrite) and not calls:
+            calls.append(len(transaction.operation.rewritten_indices))
+            lance.dataset(uri).delete("id = 30")  # a concurrent writer, just before our commit
+        return real(store, transaction, **kwargs)
+
+    monkeypatch.setattr(committer, "commit_transaction", delete_first)
+    def index_dirs_with_files() -> set[str]:  # on local disk, deleting a file leaves its (empty) directory
+        root = os.path.join(uri, "_indices")
+        return {d for d in os.listdir(root) if os.listdir(os.path.join(root, d))} if index else set()
+
+    indices_before = index_dirs_with_files()
+    metrics = Compaction.commit(uri, results, skip_conflicting=True)
+    assert calls == [int(index)] and metrics.tasks_skipped_conflict == 1
+    assert metrics.versions_created == 1 + 2 * int(index)  # with the index: two reservations, then the Rewrite
+    ds = pylance.dataset(uri)
+    assert ds.count_rows() == 599 and ds.count_rows("id = 30") == 0
+    if index:
+        [segment] = ds.describe_indices()[0].segments
+        # the first attempt's remapped index is gone; the second's replaced the original
+        assert index_dirs_with_files() - indices_before == {segment.uuid}
+        assert ds.to_table(filter="id = 550").num_rows == 1
+
+
+def test_skip_conflicting_fails_when_every_task_conflicts(uri):
+    results = _two_task_plan(uri)
+    lance.dataset(uri).delete("id = 30 OR id = 550")  # one row in each task's fragments
+    expected, written = lance.dataset(uri).to_table(), data_files(uri)
+    new_files = {f.path for r in results for fragment in r.new_fragments for f in fragment.files}
+    with pytest.raises(CommitConflictError, match="every task"):
+        Compaction.commit(uri, results, skip_conflicting=True)
+    assert data_files(uri) == written - new_files and lance.dataset(uri).to_table().equals(expected)
 
 
 def test_delete_committed_after_a_concurrent_reservation_is_a_conflict_too(uri):

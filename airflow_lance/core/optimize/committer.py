@@ -46,7 +46,7 @@ from airflow_lance.core.manifest import (
 )
 from airflow_lance.core.optimize.results import CompactionMetrics, RewriteResult
 from airflow_lance.core.optimize.source import has_stable_row_ids
-from airflow_lance.core.optimize.task import same_fragment
+from airflow_lance.core.optimize.task import delete_written, same_fragment
 from airflow_lance.core.storage import ObjectStore
 from airflow_lance.core.transaction import LanceOperation, Transaction, read_transaction_file
 
@@ -85,17 +85,25 @@ def _check_shapes(results: Sequence[RewriteResult]) -> int:
     return versions.pop()
 
 
+def _changed(manifest: table_pb2.Manifest, result: RewriteResult) -> FragmentMetadata | None:
+    """The first old fragment of ``result`` that is not in ``manifest`` exactly as the result saw it."""
+    by_id = {f.id: f for f in manifest.fragments}
+    for old in result.old_fragments:
+        pb = by_id.get(old.id)
+        if pb is None or not same_fragment(FragmentMetadata.from_pb(pb), old):
+            return old
+    return None
+
+
 def _check_old(manifest: table_pb2.Manifest, results: Sequence[RewriteResult], error: type[Exception]) -> None:
     """Every old fragment is in ``manifest`` exactly as the result saw it; else raise ``error``."""
-    by_id = {f.id: f for f in manifest.fragments}
     for result in results:
-        for old in result.old_fragments:
-            pb = by_id.get(old.id)
-            if pb is None or not same_fragment(FragmentMetadata.from_pb(pb), old):
-                raise error(
-                    f"fragment {old.id} is not as the compaction read it (version {manifest.version}); "
-                    "re-plan the compaction"
-                )
+        old = _changed(manifest, result)
+        if old is not None:
+            raise error(
+                f"fragment {old.id} is not as the compaction read it (version {manifest.version}); "
+                "re-plan the compaction"
+            )
 
 
 def _check_new_files(store: ObjectStore, results: Sequence[RewriteResult], stable: bool) -> None:
@@ -159,6 +167,12 @@ def _landed_version(store: ObjectStore, latest: int, results: Sequence[RewriteRe
         if (paths and paths <= written) or (not paths and old_ids <= replaced):
             return version
     return 0
+
+
+def _already_landed(store: ObjectStore, latest: ManifestFile, results: Sequence[RewriteResult]) -> CompactionMetrics:
+    landed = _landed_version(store, latest.version, results)
+    log.info("compaction of version %d is already committed (version %d)", results[0].read_version, landed)
+    return _metrics(results, landed, 0)
 
 
 def _source(store: ObjectStore, read_version: int) -> ManifestFile:
@@ -236,8 +250,34 @@ def _remap(store: ObjectStore, latest: ManifestFile, results: Sequence[RewriteRe
     return latest, groups, rewritten
 
 
+def _discard_indices(store: ObjectStore, rewritten: Sequence[LanceOperation.RewrittenIndex]) -> None:
+    """Delete remapped index files no version references (their Rewrite did not land)."""
+    for index in rewritten:
+        for item in index.new_index_files:
+            try:
+                store.delete(f"{layout.index_dir(index.new_id)}/{item.path}")
+            except FileNotFoundError:
+                pass
+
+
+def _conflicting(source: ManifestFile, latest: ManifestFile, result: RewriteResult, stable: bool) -> str | None:
+    """Why ``result`` cannot be committed onto ``latest`` (None: it can)."""
+    old = _changed(latest.manifest, result)
+    if old is not None:
+        return f"fragment {old.id} changed since version {result.read_version}"
+    try:
+        _indices_to_remap(source, latest, [result], stable)
+    except CommitConflictError as exc:
+        return str(exc)
+    return None
+
+
+#: Commit attempts of ``skip_conflicting``: each one leaves out the results a newer commit conflicts with.
+MAX_SKIPPING_ATTEMPTS = 20
+
+
 def commit_compaction(
-    store: ObjectStore, rewrites: Sequence[RewriteResult | Mapping[str, Any] | str]
+    store: ObjectStore, rewrites: Sequence[RewriteResult | Mapping[str, Any] | str], *, skip_conflicting: bool = False
 ) -> CompactionMetrics:
     """Commit finished tasks as one Rewrite (one new version); return the summed metrics.
 
@@ -247,6 +287,12 @@ def commit_compaction(
     cleaned up). Raises InvalidInputError for inconsistent results (nothing committed)
     and CommitConflictError when the dataset changed under the plan (for example a
     concurrent delete of a rewritten fragment): re-plan and run again.
+
+    With ``skip_conflicting``, the results a concurrent commit conflicts with are left out and
+    the others committed (each task is a group of its own in the Rewrite, so any subset is a
+    valid compaction); their files are deleted and ``metrics.tasks_skipped_conflict`` counts
+    them. A commit landing while this one is being written starts another attempt without the
+    results it conflicts with. CommitConflictError only when every result conflicts.
     """
     results = [as_rewrite_result(item) for item in rewrites]
     if not results:
@@ -254,30 +300,65 @@ def commit_compaction(
     read_version = _check_shapes(results)
     source = _source(store, read_version)
     _check_old(source.manifest, results, InvalidInputError)
-    latest = read_latest_manifest(store)
-    pending = [r for r in results if not _already_committed(latest.manifest, r)]
-    if not pending:
-        landed = _landed_version(store, latest.version, results)
-        log.info("compaction of version %d is already committed (version %d)", read_version, landed)
-        return _metrics(results, landed, 0)
-    _check_old(latest.manifest, pending, CommitConflictError)
-    _check_new_files(store, pending, has_stable_row_ids(source.manifest))
     stable = has_stable_row_ids(source.manifest)
-    to_remap = _indices_to_remap(source, latest, pending, stable)
-    planned_on = latest.version
-    if to_remap:
-        latest, groups, rewritten = _remap(store, latest, pending, to_remap)
-    else:
-        # New fragments keep id 0: the commit gives them ids above the latest max_fragment_id.
-        groups = [LanceOperation.RewriteGroup(list(r.old_fragments), list(r.new_fragments)) for r in pending]
-        rewritten = []
-    committed = commit_transaction(
-        store, Transaction(read_version, LanceOperation.Rewrite(groups, rewritten)), latest_known=latest
-    )
-    log.info(
-        "compaction committed as version %d: %d fragments -> %d",
-        committed.version,
-        sum(len(r.old_fragments) for r in pending),
-        sum(len(r.new_fragments) for r in pending),
-    )
-    return _metrics(results, committed.version, 1 + int(latest.version != planned_on))
+    skipped: set[int] = set()  # positions in ``results``
+    reservations = 0  # ReserveFragments versions committed by the attempts
+    for attempt in range(1, MAX_SKIPPING_ATTEMPTS + 1):
+        latest = read_latest_manifest(store)
+        pending = [r for n, r in enumerate(results) if n not in skipped and not _already_committed(latest.manifest, r)]
+        if not pending and not skipped:
+            return _already_landed(store, latest, results)
+        if skip_conflicting:
+            kept = []
+            for result in pending:
+                reason = _conflicting(source, latest, result, stable)
+                if reason is None:
+                    kept.append(result)
+                    continue
+                log.warning("compaction leaves out the task over fragments %s: %s",
+                            [f.id for f in result.old_fragments], reason)
+                skipped.add(next(n for n, r in enumerate(results) if r is result))
+                delete_written(store, result.new_fragments)
+            pending = kept
+            if not pending and len(skipped) < len(results):  # a retried commit: the others landed before
+                metrics = _already_landed(store, latest, [r for n, r in enumerate(results) if n not in skipped])
+                metrics.tasks_skipped_conflict = len(skipped)
+                return metrics
+            if not pending:
+                raise CommitConflictError(
+                    f"every task of the compaction of version {read_version} conflicts with commits since "
+                    f"(latest version {latest.version}); re-plan the compaction"
+                )
+        _check_old(latest.manifest, pending, CommitConflictError)
+        _check_new_files(store, pending, stable)
+        to_remap = _indices_to_remap(source, latest, pending, stable)
+        rewritten: list[LanceOperation.RewrittenIndex] = []
+        if to_remap:
+            reserved, groups, rewritten = _remap(store, latest, pending, to_remap)
+            reservations += int(reserved.version != latest.version)
+            latest = reserved
+        else:
+            # New fragments keep id 0: the commit gives them ids above the latest max_fragment_id.
+            groups = [LanceOperation.RewriteGroup(list(r.old_fragments), list(r.new_fragments)) for r in pending]
+        try:
+            committed = commit_transaction(
+                store, Transaction(read_version, LanceOperation.Rewrite(groups, rewritten)), latest_known=latest
+            )
+        except CommitConflictError:
+            _discard_indices(store, rewritten)
+            if not skip_conflicting or attempt == MAX_SKIPPING_ATTEMPTS:
+                raise
+            log.info("a commit landed during the compaction's commit (attempt %d); leaving out what it "
+                     "conflicts with", attempt)
+            continue
+        log.info(
+            "compaction committed as version %d: %d fragments -> %d",
+            committed.version,
+            sum(len(r.old_fragments) for r in pending),
+            sum(len(r.new_fragments) for r in pending),
+        )
+        metrics = _metrics([r for n, r in enumerate(results) if n not in skipped], committed.version,
+                           1 + reservations)
+        metrics.tasks_skipped_conflict = len(skipped)
+        return metrics
+    raise AssertionError("unreachable")  # the last attempt returns or raises

@@ -57,15 +57,20 @@ class Compaction:
         options: Mapping[str, Any] | CompactionOptions | None = None,
         *,
         storage_options: Mapping[str, str] | None = None,
+        skip_conflicting: bool = False,
     ) -> CompactionMetrics:
         """Commit finished tasks (results or their JSON) as one Rewrite with the plan's read version:
         one new version, ``metrics.version``.
 
-        ``options`` is accepted for pylance compatibility and only validated.
+        All or nothing by default, as pylance: a concurrent commit that changed a fragment of any
+        task is a :class:`~airflow_lance.core.errors.CommitConflictError`. With ``skip_conflicting``
+        the tasks it conflicts with are left out (their files deleted, counted in
+        ``metrics.tasks_skipped_conflict``) and the rest committed; the error only when every
+        task conflicts. ``options`` is accepted for pylance compatibility and only validated.
         """
         CompactionOptions.build(options)
         store, _ = open_source(dataset_or_uri, storage_options)
-        return commit_compaction(store, rewrites)
+        return commit_compaction(store, rewrites, skip_conflicting=skip_conflicting)
 
     @staticmethod
     def discard(

@@ -26,6 +26,10 @@ class CompactionMetrics:
     * ``fragments_skipped_indexed``: fragments that needed compaction but were
       left alone because an index covers them (a pure-Python writer cannot
       rewrite index files with remapped row addresses).
+    * ``tasks_skipped_conflict``: tasks left out of the commit because a concurrent
+      commit changed their fragments (``Compaction.commit(..., skip_conflicting=True)``;
+      their files are deleted, the other tasks committed; the counts above cover
+      the committed tasks only).
     * ``versions_created``: versions the compaction committed: 1 (the Rewrite;
       no separate fragment-id reservation), or 0 when there was nothing to
       compact or the results were already committed.
@@ -42,6 +46,7 @@ class CompactionMetrics:
     rows: int = 0
     bytes: int = 0
     fragments_skipped_indexed: int = 0
+    tasks_skipped_conflict: int = 0
     versions_created: int = 0
     version: int = 0
 
