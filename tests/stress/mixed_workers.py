@@ -8,7 +8,8 @@ test can compute what the dataset must hold at the end whatever order the commit
   (deletes and increments commute, so the end state depends only on which operations committed);
 * each worker owns the ids from ``(worker + 1) * OWN_SPAN``: only it appends, deletes, updates or
   upserts them, in its own order;
-* a column added (``id * factor``) holds that for every row the add saw, null for rows appended after;
+* a column added (``id * factor``) holds that for every row the add saw and every row upserted after,
+  null for rows appended after;
 * compaction, index builds (BTREE on ``id``, IVF_PQ on ``e``, full-text on ``s``), index
   optimisation, cleanup and tags change no row (a tagged version must survive every cleanup).
 
@@ -19,6 +20,7 @@ traceback, which fails the test.
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import itertools
 import json
@@ -124,8 +126,18 @@ class Worker:
         ids = np.array(sorted(known) + fresh.tolist(), dtype=np.int64)
         if not len(ids):
             ids = self._fresh(1)
+        ds = self.dataset()
         source = rows(ids, bump=500)
-        (self.dataset().merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(source))
+        # Full rows: the columns added so far too (``c<worker>_<factor>`` holds ``id * factor``). With a
+        # subset of the columns pylance 14 rewrites them in place (an Update naming the fields it changed),
+        # which takes the fragment out of the vector index's bitmap while the index keeps its rows; once
+        # that fragment leaves the dataset, pylance's own searches return fewer than k rows (pylance alone
+        # does this), which would hide what the vector checks look for.
+        for field in ds.schema:
+            if field.name not in source.column_names:
+                source = source.append_column(field, pa.array(ids * int(field.name.rsplit("_", 1)[1]), field.type))
+        ds.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(
+            source.select(ds.schema.names))
         return {"op": "upsert", "ids": ids.tolist()}
 
     def compact(self) -> dict:
@@ -173,10 +185,17 @@ class Worker:
     OPERATIONS = (("append", 5), ("delete", 3), ("update", 4), ("upsert", 3), ("compact", 2), ("index", 1),
                   ("cleanup", 1), ("tag", 1), ("add_column", 1))
 
-    def run(self, count: int) -> None:
-        names = [name for name, _ in self.OPERATIONS]
-        weights = [weight for _, weight in self.OPERATIONS]
+    def run(self, count: int, only: frozenset[str] | None = None, stop: pathlib.Path | None = None,
+            pause: float = 0.0) -> None:
+        """``count`` operations drawn by weight among ``OPERATIONS`` (those named in ``only``, if given),
+        or fewer: none starts once ``stop`` exists. Between two operations the worker waits up to
+        ``pause`` seconds (uniformly drawn)."""
+        chosen = [(name, weight) for name, weight in self.OPERATIONS if only is None or name in only]
+        names = [name for name, _ in chosen]
+        weights = [weight for _, weight in chosen]
         for _ in range(count):
+            if stop is not None and stop.exists():
+                break
             name = self.rng.choices(names, weights)[0]
             state = (self.next_id, list(self.own), self.rng.getstate())
             deadline = time.monotonic() + RETRY_FOR
@@ -197,10 +216,31 @@ class Worker:
             entry.update(worker=self.worker, engine=self.engine, time=round(time.time(), 3))
             with open(self.log_path, "a", encoding="utf-8") as log:  # one line, appended whole
                 log.write(json.dumps(entry) + "\n")
+            if pause:
+                time.sleep(pause * self.jitter.random())
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("engine", choices=["ours", "pylance"])
+    parser.add_argument("uri")
+    parser.add_argument("worker", type=int)
+    parser.add_argument("seed", type=int)
+    parser.add_argument("count", type=int)
+    parser.add_argument("log")
+    parser.add_argument("--storage-options-file", help="a file holding the storage options as JSON")
+    parser.add_argument("--operations", help="comma-separated names of the operations to draw (default: all)")
+    parser.add_argument("--stop-file", type=pathlib.Path, help="start no operation once this file exists")
+    parser.add_argument("--pause", type=float, default=0.0, help="wait up to this many seconds between operations")
+    args = parser.parse_args(argv)
+    storage = json.loads(pathlib.Path(args.storage_options_file).read_text()) if args.storage_options_file else None
+    only = frozenset(args.operations.split(",")) if args.operations else None
+    unknown = (only or frozenset()) - {name for name, _ in Worker.OPERATIONS}
+    if unknown:
+        parser.error(f"unknown operations: {sorted(unknown)}")
+    Worker(args.engine, args.uri, args.worker, args.seed, args.log, storage).run(
+        args.count, only, args.stop_file, args.pause)
 
 
 if __name__ == "__main__":
-    # engine uri worker seed count log_path [file holding the storage options as JSON]
-    engine_, uri_, worker_, seed_, count_, log_, *options_ = sys.argv[1:]
-    storage = json.loads(pathlib.Path(options_[0]).read_text()) if options_ else None
-    Worker(engine_, uri_, int(worker_), int(seed_), log_, storage).run(int(count_))
+    main(sys.argv[1:])

@@ -39,27 +39,48 @@ WORKER = str(pathlib.Path(__file__).with_name("mixed_workers.py"))
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-def run_workers(uri: str, engines: list[str], operations: int, log: pathlib.Path, seed: int,
-                options: dict[str, str] | None = None) -> None:
-    """One ``mixed_workers.py`` process per engine, all at once; fails with the tracebacks of any that failed.
+def start_workers(uri: str, engines: list[str], operations: int, log: pathlib.Path, seed: int,
+                  options: dict[str, str] | None = None, only: list[str] | None = None,
+                  stop_file: pathlib.Path | None = None, pause: float = 0.0) -> list[subprocess.Popen]:
+    """Start one ``mixed_workers.py`` process per engine, drawing among the operations named in ``only`` (all
+    by default), until each did ``operations`` or ``stop_file`` exists, waiting up to ``pause`` seconds
+    between two operations. Each one's standard error goes to ``worker<n>.err`` beside the log (a pipe nobody reads
+    while the test does other work could fill and stall the worker).
 
     Storage options (credentials) reach the workers in a file only the user can read, never on their
     command lines or in their environment."""
-    extra = []
+    extra = ["--operations", ",".join(only)] if only else []
+    if stop_file is not None:
+        extra += ["--stop-file", str(stop_file)]
+    if pause:
+        extra += ["--pause", str(pause)]
     if options:
         secret = log.with_name("storage_options.json")
         secret.touch(mode=0o600)
         secret.write_text(json.dumps(options))
-        extra = [str(secret)]
-    procs = [
-        subprocess.Popen([sys.executable, WORKER, engine, uri, str(n), str(seed * 100 + n), str(operations), str(log),
-                          *extra], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
-        for n, engine in enumerate(engines)
-    ]
-    errors = [proc.communicate(timeout=1800)[1] for proc in procs]
-    failed = [f"worker {n} ({engines[n]}):\n{err[-4000:]}" for n, (proc, err) in enumerate(zip(procs, errors))
-              if proc.returncode != 0]
+        extra += ["--storage-options-file", str(secret)]
+    procs = []
+    for n, engine in enumerate(engines):
+        with open(log.with_name(f"worker{n}.err"), "w") as err:
+            procs.append(subprocess.Popen(
+                [sys.executable, WORKER, engine, uri, str(n), str(seed * 100 + n), str(operations), str(log), *extra],
+                stdout=subprocess.DEVNULL, stderr=err, cwd=ROOT))
+    return procs
+
+
+def wait_for_workers(procs: list[subprocess.Popen], engines: list[str], log: pathlib.Path) -> None:
+    """Wait for the workers of :func:`start_workers`; fail with the tracebacks of any that failed."""
+    for proc in procs:
+        proc.wait(timeout=1800)
+    failed = [f"worker {n} ({engines[n]}):\n{log.with_name(f'worker{n}.err').read_text()[-4000:]}"
+              for n, proc in enumerate(procs) if proc.returncode != 0]
     assert not failed, "\n".join(failed)
+
+
+def run_workers(uri: str, engines: list[str], operations: int, log: pathlib.Path, seed: int,
+                options: dict[str, str] | None = None) -> None:
+    """One ``mixed_workers.py`` process per engine, all at once, drawing among every operation."""
+    wait_for_workers(start_workers(uri, engines, operations, log, seed, options), engines, log)
 
 
 def _expected(log: pathlib.Path) -> pa.Table:
@@ -104,11 +125,14 @@ def _check_versions(uri: str, log: pathlib.Path, options: dict[str, str]) -> Non
     """Every tagged version is among the versions cleanup left, the others run unbroken to the latest
     (local: their files exist), and both engines validate each and read it with the same rows."""
     versions = [v["version"] for v in ours.dataset(uri, **options).versions()]
-    tags = {e["tag"]: e["version"] for e in map(json.loads, log.read_text().splitlines()) if e["op"] == "tag"}
+    tagging = [e for e in map(json.loads, log.read_text().splitlines()) if e["op"] == "tag"]
+    tags = {e["tag"]: e["version"] for e in tagging}  # the last entry of a tag is where it points (tags move)
     assert {t: v["version"] for t, v in pylance.dataset(uri, **options).tags.list().items()} == tags
     assert set(tags.values()) <= set(versions)
-    # cleanup keeps the tagged versions and every version from the oldest untagged one it kept
-    oldest = min(v for v in versions if v not in tags.values())
+    # cleanup keeps the tagged versions and every version from the oldest never-tagged one it kept (a version
+    # a tag pointed at when a cleanup ran stays after the tag moved on)
+    ever_tagged = {e["version"] for e in tagging}
+    oldest = min((v for v in versions if v not in ever_tagged), default=versions[-1])
     assert [v for v in versions if v >= oldest] == list(range(oldest, versions[-1] + 1)), versions
     assert versions[-1] == pylance.dataset(uri, **options).latest_version
     if not options:
