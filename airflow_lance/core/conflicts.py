@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 import pyroaring
 
 from airflow_lance.core._proto import table_pb2
+from airflow_lance.core.indices.metadata import index_uuid
 from airflow_lance.core.transaction import LanceOperation, Transaction
 
 
@@ -118,7 +119,24 @@ def _rewrite(mine: Transaction, theirs: Transaction) -> Outcome:
         return RETRY if _overlap(mine, theirs) else OK
     if kind == "data_replacement":
         return RETRY if _raw_ids(theirs) & mine.operation.touched_fragment_ids() else OK
-    return RETRY  # create_index (bitmaps may cover our fragments), merge, unknown
+    if kind == "create_index":
+        return _rewrite_over_create_index(mine, theirs)
+    return RETRY  # merge, unknown
+
+
+def _rewrite_over_create_index(mine: Transaction, theirs: Transaction) -> Outcome:
+    """Lance's rule: a new index (a build, an optimize delta or merge) whose bitmap covers a fragment we
+    rewrite holds row addresses our rewrite did not remap, so we retry; one over other fragments
+    commits beside us (an index without a bitmap may cover anything). Stricter than Lance where it
+    removed an index our rewrite remaps (a dropped index, which our remapped copy would bring back)."""
+    op, other = mine.operation, theirs.operation
+    assert isinstance(op, LanceOperation.Rewrite) and isinstance(other, LanceOperation.CreateIndex)
+    touched = op.touched_fragment_ids()
+    for index in other.new_indices:
+        if not index.fragment_bitmap or touched & set(pyroaring.BitMap.deserialize(index.fragment_bitmap)):
+            return RETRY
+    remapped = {index.old_id for index in op.rewritten_indices}
+    return RETRY if remapped & {index_uuid(index) for index in other.removed_indices} else OK
 
 
 def _merge(mine: Transaction, theirs: Transaction) -> Outcome:

@@ -33,8 +33,10 @@ from typing import Any
 from airflow_lance.core import layout, rowids
 from airflow_lance.core._proto import table_pb2
 from airflow_lance.core.commit import commit_transaction
+from airflow_lance.core.conflicts import INCOMPATIBLE, RETRY, check
 from airflow_lance.core.errors import CommitConflictError, InvalidInputError, VersionNotFoundError
 from airflow_lance.core.fragment import FragmentMetadata
+from airflow_lance.core.history import History
 from airflow_lance.core.indices import remap
 from airflow_lance.core.indices.metadata import fragment_bitmap, index_uuid, parse_section
 from airflow_lance.core.manifest import (
@@ -260,15 +262,26 @@ def _discard_indices(store: ObjectStore, rewritten: Sequence[LanceOperation.Rewr
                 pass
 
 
-def _conflicting(source: ManifestFile, latest: ManifestFile, result: RewriteResult, stable: bool) -> str | None:
-    """Why ``result`` cannot be committed onto ``latest`` (None: it can)."""
+def _conflicting(history: History, source: ManifestFile, latest: ManifestFile, result: RewriteResult,
+                 stable: bool) -> str | None:
+    """Why ``result`` alone cannot be committed onto ``latest`` (None: it can): Lance's conflict rules
+    for a Rewrite of its group against every version committed since the plan, and the index checks."""
     old = _changed(latest.manifest, result)
     if old is not None:
         return f"fragment {old.id} changed since version {result.read_version}"
     try:
-        _indices_to_remap(source, latest, [result], stable)
+        remapped = _indices_to_remap(source, latest, [result], stable)
     except CommitConflictError as exc:
         return str(exc)
+    rewrite = LanceOperation.Rewrite(
+        [LanceOperation.RewriteGroup(list(result.old_fragments), list(result.new_fragments))],
+        [LanceOperation.RewrittenIndex(index_uuid(index), "", "", b"", 0) for index in remapped],
+    )
+    mine = Transaction(result.read_version, rewrite)
+    for version in range(result.read_version + 1, latest.version + 1):
+        theirs = history.concurrent_transaction(version, result.read_version)
+        if check(mine, theirs) in (RETRY, INCOMPATIBLE):
+            return f"the {theirs.kind} committed as version {version} conflicts with it"
     return None
 
 
@@ -303,6 +316,7 @@ def commit_compaction(
     stable = has_stable_row_ids(source.manifest)
     skipped: set[int] = set()  # positions in ``results``
     reservations = 0  # ReserveFragments versions committed by the attempts
+    attempted: int | None = None  # tasks in the commit attempt a concurrent commit just beat
     for attempt in range(1, MAX_SKIPPING_ATTEMPTS + 1):
         latest = read_latest_manifest(store)
         pending = [r for n, r in enumerate(results) if n not in skipped and not _already_committed(latest.manifest, r)]
@@ -310,8 +324,9 @@ def commit_compaction(
             return _already_landed(store, latest, results)
         if skip_conflicting:
             kept = []
+            history = History(store, latest)
             for result in pending:
-                reason = _conflicting(source, latest, result, stable)
+                reason = _conflicting(history, source, latest, result, stable)
                 if reason is None:
                     kept.append(result)
                     continue
@@ -319,6 +334,12 @@ def commit_compaction(
                             [f.id for f in result.old_fragments], reason)
                 skipped.add(next(n for n, r in enumerate(results) if r is result))
                 delete_written(store, result.new_fragments)
+            if attempted is not None and len(kept) == attempted:  # the commit that beat ours left every task valid
+                raise CommitConflictError(
+                    f"the compaction of version {read_version} lost the commit race and no task of it conflicts "
+                    "with what landed instead; re-plan the compaction"
+                )
+            attempted = None
             pending = kept
             if not pending and len(skipped) < len(results):  # a retried commit: the others landed before
                 metrics = _already_landed(store, latest, [r for n, r in enumerate(results) if n not in skipped])
@@ -350,6 +371,7 @@ def commit_compaction(
                 raise
             log.info("a commit landed during the compaction's commit (attempt %d); leaving out what it "
                      "conflicts with", attempt)
+            attempted = len(pending)
             continue
         log.info(
             "compaction committed as version %d: %d fragments -> %d",
