@@ -24,7 +24,9 @@ import dataclasses
 import datetime as dt
 import json
 import pathlib
+import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import lance as pylance
@@ -88,7 +90,7 @@ def _maintain_while_writing(tmp_path: pathlib.Path, stable: bool, nights_while_w
         only = [*WRITES, "index"]
     nights: list[Night] = []
     stop = tmp_path / "stop"
-    with pytest.MonkeyPatch.context() as mp, task_logs_to(tmp_path / "task-logs.txt"):
+    with pytest.MonkeyPatch.context() as mp:
         mp.setenv(*connection_env("lance_default", conn_type="lance", host=f"file://{tmp_path}"))
         dag = load_dag(f"{DAG_ID}.py", DAG_ID)
         procs = start_workers(uri, ENGINES, MAX_OPERATIONS, log, seed, only=only, stop_file=stop, pause=pause)
@@ -106,8 +108,17 @@ def _maintain_while_writing(tmp_path: pathlib.Path, stable: bool, nights_while_w
     operations = sum(1 for e in map(json.loads, log.read_text().splitlines()) if e["engine"] != "airflow")
     print(f"\n{len(nights)} nights beside {ENGINES} ({operations} operations committed): " + "; ".join(
         f"{n.seconds:.0f} s{' (writers running)' if n.writers_running else ''}, "
-        f"{_summary(n)}, tries {_retried(n) or 'all 1'}" for n in nights))
+        f"{_summary(n)}, tries {_retried(n) or 'all 1'}" for n in nights), file=sys.stderr)  # stdout: the task logs
     return uri, log, nights
+
+
+@pytest.fixture(scope="module", autouse=True)
+def task_logs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[pathlib.Path]:
+    """The task logs of every night of the module, in one file (Airflow's log handlers keep the stream
+    they were first given, so one file for the whole module)."""
+    path = tmp_path_factory.mktemp("maintenance-beside-writers") / "task-logs.txt"
+    with task_logs_to(path):
+        yield path
 
 
 def _retried(night: Night) -> dict[str, int]:
