@@ -111,9 +111,10 @@ def _read_version_manifest(history: History, read_version: int) -> ManifestFile:
 def _check_concurrent(history: History, mine: Transaction, first: int, last: int) -> bool:
     """Check versions first..last against ``mine``; return True if a rebase is needed."""
     needs_rebase = False
+    stable = first <= last and bool(history.manifest(last).manifest.reader_feature_flags & feature_flags.STABLE_ROW_IDS)
     for version in range(first, last + 1):
         theirs = history.concurrent_transaction(version, mine.read_version)
-        outcome = check(mine, theirs)
+        outcome = check(mine, theirs, stable_row_ids=stable)
         if outcome is INCOMPATIBLE:
             raise IncompatibleTransactionError(
                 f"{mine.kind} planned on version {mine.read_version} is incompatible with concurrent "

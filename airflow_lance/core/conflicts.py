@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 import pyroaring
 
 from airflow_lance.core._proto import table_pb2
-from airflow_lance.core.indices.metadata import index_uuid
+from airflow_lance.core.indices.metadata import ROW_ID_TYPES, index_uuid
 from airflow_lance.core.transaction import LanceOperation, Transaction
 
 
@@ -109,7 +109,7 @@ def _overwrite(mine: Transaction, theirs: Transaction) -> Outcome:
     return OK
 
 
-def _rewrite(mine: Transaction, theirs: Transaction) -> Outcome:
+def _rewrite(mine: Transaction, theirs: Transaction, stable_row_ids: bool = False) -> Outcome:
     kind = theirs.kind
     if kind in ("append", "project", "reserve_fragments", "update_config"):
         return OK
@@ -120,22 +120,32 @@ def _rewrite(mine: Transaction, theirs: Transaction) -> Outcome:
     if kind == "data_replacement":
         return RETRY if _raw_ids(theirs) & mine.operation.touched_fragment_ids() else OK
     if kind == "create_index":
-        return _rewrite_over_create_index(mine, theirs)
+        return _rewrite_over_create_index(mine, theirs, stable_row_ids)
     return RETRY  # merge, unknown
 
 
-def _rewrite_over_create_index(mine: Transaction, theirs: Transaction) -> Outcome:
-    """Lance's rule: a new index (a build, an optimize delta or merge) whose bitmap covers a fragment we
-    rewrite holds row addresses our rewrite did not remap, so we retry; one over other fragments
-    commits beside us (an index without a bitmap may cover anything). Stricter than Lance where it
-    removed an index our rewrite remaps (a dropped index, which our remapped copy would bring back)."""
+def _rewrite_over_create_index(mine: Transaction, theirs: Transaction, stable_row_ids: bool) -> Outcome:
+    """A new index (a build, an optimize delta or merge) over other fragments commits beside us, as in
+    Lance. One whose bitmap covers a fragment we rewrite holds that fragment's rows: Lance retries; we
+    commit when our rewrite carries that very index remapped (the compaction remaps every index of the
+    latest version it commits onto, so a retry picks the new one up), or when, with stable row ids, it
+    holds row ids and covers each of our groups whole (the rewrite then only moves its bitmap to the new
+    fragments, as for any such index). An index without a bitmap may cover anything; and we retry where
+    it removed an index our rewrite remaps (our remapped copy would bring a dropped index back)."""
     op, other = mine.operation, theirs.operation
     assert isinstance(op, LanceOperation.Rewrite) and isinstance(other, LanceOperation.CreateIndex)
     touched = op.touched_fragment_ids()
-    for index in other.new_indices:
-        if not index.fragment_bitmap or touched & set(pyroaring.BitMap.deserialize(index.fragment_bitmap)):
-            return RETRY
     remapped = {index.old_id for index in op.rewritten_indices}
+    groups = [{f.id for f in group.old_fragments} for group in op.groups]
+    for index in other.new_indices:
+        if not index.fragment_bitmap:
+            return RETRY
+        covered = set(pyroaring.BitMap.deserialize(index.fragment_bitmap))
+        if not touched & covered or index_uuid(index) in remapped:
+            continue
+        moves = stable_row_ids and index.index_details.type_url in ROW_ID_TYPES
+        if not (moves and all(group <= covered or not group & covered for group in groups)):
+            return RETRY
     return RETRY if remapped & {index_uuid(index) for index in other.removed_indices} else OK
 
 
@@ -282,8 +292,9 @@ _RULES: dict[type, Callable[[Transaction, Transaction], Outcome]] = {
 }
 
 
-def check(mine: Transaction, theirs: Transaction) -> Outcome:
-    """How ``theirs`` (already committed) affects committing ``mine``."""
+def check(mine: Transaction, theirs: Transaction, *, stable_row_ids: bool = False) -> Outcome:
+    """How ``theirs`` (already committed) affects committing ``mine`` (on a dataset with
+    ``stable_row_ids`` or not)."""
     if theirs.kind in _ALWAYS_FINE_FOR_ALL:
         return OK
     known = isinstance(theirs.operation, tuple(_RULES)) or theirs.kind == "data_replacement" or (
@@ -291,5 +302,7 @@ def check(mine: Transaction, theirs: Transaction) -> Outcome:
     )
     if not known and not isinstance(mine.operation, (LanceOperation.Overwrite, LanceOperation.Restore)):
         return RETRY
+    if isinstance(mine.operation, LanceOperation.Rewrite):
+        return _rewrite(mine, theirs, stable_row_ids)
     rule = _RULES.get(type(mine.operation))
     return rule(mine, theirs) if rule else RETRY

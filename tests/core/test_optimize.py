@@ -306,24 +306,30 @@ def test_skip_conflicting_leaves_out_what_a_delete_landing_during_the_commit_tou
         assert ds.to_table(filter="id = 550").num_rows == 1
 
 
-def test_skip_conflicting_leaves_out_the_task_a_concurrent_index_covers(uri):
-    """An index committed after the plan by a writer that had read only fragments 0-3 covers the first
-    task's fragments (Lance's rule: a retryable conflict for a Rewrite of them), not the second's: the
-    first task is left out, the second commits (not retried in vain against the same index)."""
-    fragments(uri, [25, 25, 25, 25])
+@pytest.mark.parametrize("seen", [2, 4], ids=["part_of_a_task", "a_whole_task"])
+def test_a_concurrent_index_over_a_task_is_remapped_or_the_task_left_out(uri, seen):
+    """An index committed after the plan by a writer that had read only the first ``seen`` fragments
+    covers the first task's fragments, wholly or in part. Lance retries the Rewrite either way. Over a
+    whole task we commit, remapping that index too (a retry of the commit picks it up); over part of a
+    task that task is left out and the other commits (not retried in vain against the same index)."""
+    fragments(uri, [25] * seen)
     older = lance.dataset(uri)
-    start = 100
-    for size in (400, 25, 25, 25, 25):
+    start = 25 * seen
+    for size in [25] * (4 - seen) + [400, 25, 25, 25, 25]:
         lance.write_dataset(table(start, size), uri, mode="append")
         start += size
     results = [task.execute(uri) for task in Compaction.plan(uri, target_rows_per_fragment=200).tasks]
     assert [[f.id for f in r.old_fragments] for r in results] == [[0, 1, 2, 3], [5, 6, 7, 8]]
-    older.create_scalar_index("id", "BTREE")  # covers fragments 0-3
+    older.create_scalar_index("id", "BTREE")  # covers fragments 0 .. seen - 1
     metrics = Compaction.commit(uri, results, skip_conflicting=True)
-    assert (metrics.tasks_skipped_conflict, metrics.fragments_removed, metrics.versions_created) == (1, 4, 1)
+    whole = seen == 4
+    assert (metrics.tasks_skipped_conflict, metrics.fragments_removed) == ((0, 8) if whole else (1, 4))
+    assert metrics.versions_created == (2 if whole else 1)  # remapping reserves the new fragments' ids first
     ds = pylance.dataset(uri)
-    assert [f.fragment_id for f in ds.get_fragments()] == [0, 1, 2, 3, 4, 9]
+    assert [f.fragment_id for f in ds.get_fragments()] == ([4, 9, 10] if whole else [0, 1, 2, 3, 4, 9])
     assert ds.count_rows() == 600 and ds.to_table(filter="id = 30")["id"].to_pylist() == [30]
+    assert "ScalarIndexQuery" in ds.scanner(filter="id = 30").explain_plan()
+    ds.validate()
 
 
 def test_skip_conflicting_fails_when_every_task_conflicts(uri):

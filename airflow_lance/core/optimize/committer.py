@@ -280,7 +280,7 @@ def _conflicting(history: History, source: ManifestFile, latest: ManifestFile, r
     mine = Transaction(result.read_version, rewrite)
     for version in range(result.read_version + 1, latest.version + 1):
         theirs = history.concurrent_transaction(version, result.read_version)
-        if check(mine, theirs) in (RETRY, INCOMPATIBLE):
+        if check(mine, theirs, stable_row_ids=stable) in (RETRY, INCOMPATIBLE):
             return f"the {theirs.kind} committed as version {version} conflicts with it"
     return None
 
