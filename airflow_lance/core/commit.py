@@ -36,6 +36,7 @@ from airflow_lance.core.errors import (
     VersionNotFoundError,
 )
 from airflow_lance.core.history import DEFAULT_IDEMPOTENCY_LOOKBACK, History, search_landed
+from airflow_lance.core.indices.metadata import index_uuid, parse_section
 from airflow_lance.core.legacy_dictionaries import manifest_dictionaries
 from airflow_lance.core.manifest import ManifestFile, serialize_manifest
 from airflow_lance.core.rebase import rebase_deletions
@@ -111,10 +112,15 @@ def _read_version_manifest(history: History, read_version: int) -> ManifestFile:
 def _check_concurrent(history: History, mine: Transaction, first: int, last: int) -> bool:
     """Check versions first..last against ``mine``; return True if a rebase is needed."""
     needs_rebase = False
-    stable = first <= last and bool(history.manifest(last).manifest.reader_feature_flags & feature_flags.STABLE_ROW_IDS)
+    if first > last:
+        return needs_rebase
+    onto = history.manifest(last)
+    stable = bool(onto.manifest.reader_feature_flags & feature_flags.STABLE_ROW_IDS)
+    live = frozenset(index_uuid(i) for i in parse_section(onto)) if isinstance(mine.operation, LanceOperation.Rewrite) \
+        else None
     for version in range(first, last + 1):
         theirs = history.concurrent_transaction(version, mine.read_version)
-        outcome = check(mine, theirs, stable_row_ids=stable)
+        outcome = check(mine, theirs, stable_row_ids=stable, live_indices=live)
         if outcome is INCOMPATIBLE:
             raise IncompatibleTransactionError(
                 f"{mine.kind} planned on version {mine.read_version} is incompatible with concurrent "

@@ -109,7 +109,8 @@ def _overwrite(mine: Transaction, theirs: Transaction) -> Outcome:
     return OK
 
 
-def _rewrite(mine: Transaction, theirs: Transaction, stable_row_ids: bool = False) -> Outcome:
+def _rewrite(mine: Transaction, theirs: Transaction, stable_row_ids: bool = False,
+             live_indices: frozenset[str] | None = None) -> Outcome:
     kind = theirs.kind
     if kind in ("append", "project", "reserve_fragments", "update_config"):
         return OK
@@ -120,18 +121,21 @@ def _rewrite(mine: Transaction, theirs: Transaction, stable_row_ids: bool = Fals
     if kind == "data_replacement":
         return RETRY if _raw_ids(theirs) & mine.operation.touched_fragment_ids() else OK
     if kind == "create_index":
-        return _rewrite_over_create_index(mine, theirs, stable_row_ids)
+        return _rewrite_over_create_index(mine, theirs, stable_row_ids, live_indices)
     return RETRY  # merge, unknown
 
 
-def _rewrite_over_create_index(mine: Transaction, theirs: Transaction, stable_row_ids: bool) -> Outcome:
+def _rewrite_over_create_index(mine: Transaction, theirs: Transaction, stable_row_ids: bool,
+                               live_indices: frozenset[str] | None) -> Outcome:
     """A new index (a build, an optimize delta or merge) over other fragments commits beside us, as in
     Lance. One whose bitmap covers a fragment we rewrite holds that fragment's rows: Lance retries; we
     commit when our rewrite carries that very index remapped (the compaction remaps every index of the
     latest version it commits onto, so a retry picks the new one up), or when, with stable row ids, it
     holds row ids and covers each of our groups whole (the rewrite then only moves its bitmap to the new
-    fragments, as for any such index). An index without a bitmap may cover anything; and we retry where
-    it removed an index our rewrite remaps (our remapped copy would bring a dropped index back)."""
+    fragments, as for any such index), or when a later commit already replaced it (it is not among the
+    ``live_indices`` of the version we commit onto; whatever replaced it is checked in its own right).
+    An index without a bitmap may cover anything; and we retry where it removed an index our rewrite
+    remaps (our remapped copy would bring a dropped index back)."""
     op, other = mine.operation, theirs.operation
     assert isinstance(op, LanceOperation.Rewrite) and isinstance(other, LanceOperation.CreateIndex)
     touched = op.touched_fragment_ids()
@@ -141,7 +145,8 @@ def _rewrite_over_create_index(mine: Transaction, theirs: Transaction, stable_ro
         if not index.fragment_bitmap:
             return RETRY
         covered = set(pyroaring.BitMap.deserialize(index.fragment_bitmap))
-        if not touched & covered or index_uuid(index) in remapped:
+        uuid = index_uuid(index)
+        if not touched & covered or uuid in remapped or (live_indices is not None and uuid not in live_indices):
             continue
         moves = stable_row_ids and index.index_details.type_url in ROW_ID_TYPES
         if not (moves and all(group <= covered or not group & covered for group in groups)):
@@ -292,9 +297,11 @@ _RULES: dict[type, Callable[[Transaction, Transaction], Outcome]] = {
 }
 
 
-def check(mine: Transaction, theirs: Transaction, *, stable_row_ids: bool = False) -> Outcome:
+def check(mine: Transaction, theirs: Transaction, *, stable_row_ids: bool = False,
+          live_indices: frozenset[str] | None = None) -> Outcome:
     """How ``theirs`` (already committed) affects committing ``mine`` (on a dataset with
-    ``stable_row_ids`` or not)."""
+    ``stable_row_ids`` or not; ``live_indices``: the index uuids of the version ``mine`` commits onto,
+    where known)."""
     if theirs.kind in _ALWAYS_FINE_FOR_ALL:
         return OK
     known = isinstance(theirs.operation, tuple(_RULES)) or theirs.kind == "data_replacement" or (
@@ -303,6 +310,6 @@ def check(mine: Transaction, theirs: Transaction, *, stable_row_ids: bool = Fals
     if not known and not isinstance(mine.operation, (LanceOperation.Overwrite, LanceOperation.Restore)):
         return RETRY
     if isinstance(mine.operation, LanceOperation.Rewrite):
-        return _rewrite(mine, theirs, stable_row_ids)
+        return _rewrite(mine, theirs, stable_row_ids, live_indices)
     rule = _RULES.get(type(mine.operation))
     return rule(mine, theirs) if rule else RETRY

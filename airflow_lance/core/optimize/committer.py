@@ -278,9 +278,10 @@ def _conflicting(history: History, source: ManifestFile, latest: ManifestFile, r
         [LanceOperation.RewrittenIndex(index_uuid(index), "", "", b"", 0) for index in remapped],
     )
     mine = Transaction(result.read_version, rewrite)
+    live = frozenset(index_uuid(index) for index in parse_section(latest))
     for version in range(result.read_version + 1, latest.version + 1):
         theirs = history.concurrent_transaction(version, result.read_version)
-        if check(mine, theirs, stable_row_ids=stable) in (RETRY, INCOMPATIBLE):
+        if check(mine, theirs, stable_row_ids=stable, live_indices=live) in (RETRY, INCOMPATIBLE):
             return f"the {theirs.kind} committed as version {version} conflicts with it"
     return None
 
