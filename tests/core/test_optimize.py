@@ -332,6 +332,33 @@ def test_a_concurrent_index_over_a_task_is_remapped_or_the_task_left_out(uri, se
     ds.validate()
 
 
+def test_an_index_merged_during_the_commit_is_remapped_by_the_next_attempt(uri, monkeypatch):
+    """pylance merges the BTREE segments (covering both tasks) between our checks and the Rewrite's
+    commit: that attempt loses, and the next one remaps the merged segment and lands, leaving no task out."""
+    from airflow_lance.core.optimize import committer
+
+    results = _two_task_plan(uri)
+    pylance.dataset(uri).create_scalar_index("id", "BTREE")
+    results = [task.execute(uri) for task in Compaction.plan(uri, target_rows_per_fragment=200).tasks]
+    real, calls = committer.commit_transaction, []
+
+    def merge_first(store, transaction, **kwargs):
+        if isinstance(transaction.operation, lance.LanceOperation.Rewrite) and not calls:
+            calls.append(1)
+            lance.write_dataset(table(600, 10), uri, mode="append")
+            pylance.dataset(uri).optimize.optimize_indices()  # one merged segment over every fragment
+        return real(store, transaction, **kwargs)
+
+    monkeypatch.setattr(committer, "commit_transaction", merge_first)
+    metrics = Compaction.commit(uri, results, skip_conflicting=True)
+    assert (metrics.tasks_skipped_conflict, metrics.fragments_removed, metrics.versions_created) == (0, 8, 3)
+    ds = pylance.dataset(uri)
+    [segment] = ds.describe_indices()[0].segments
+    assert sorted(segment.fragment_ids) == sorted(f.fragment_id for f in ds.get_fragments())
+    assert sorted(ds.to_table(filter="id = 30 OR id = 550 OR id = 605")["id"].to_pylist()) == [30, 550, 605]
+    ds.validate()
+
+
 def test_skip_conflicting_fails_when_every_task_conflicts(uri):
     results = _two_task_plan(uri)
     lance.dataset(uri).delete("id = 30 OR id = 550")  # one row in each task's fragments

@@ -317,7 +317,7 @@ def commit_compaction(
     stable = has_stable_row_ids(source.manifest)
     skipped: set[int] = set()  # positions in ``results``
     reservations = 0  # ReserveFragments versions committed by the attempts
-    attempted: int | None = None  # tasks in the commit attempt a concurrent commit just beat
+    lost: tuple[int, frozenset[str]] | None = None  # (tasks, indices remapped) of the attempt that lost the race
     for attempt in range(1, MAX_SKIPPING_ATTEMPTS + 1):
         latest = read_latest_manifest(store)
         pending = [r for n, r in enumerate(results) if n not in skipped and not _already_committed(latest.manifest, r)]
@@ -335,12 +335,6 @@ def commit_compaction(
                             [f.id for f in result.old_fragments], reason)
                 skipped.add(next(n for n, r in enumerate(results) if r is result))
                 delete_written(store, result.new_fragments)
-            if attempted is not None and len(kept) == attempted:  # the commit that beat ours left every task valid
-                raise CommitConflictError(
-                    f"the compaction of version {read_version} lost the commit race and no task of it conflicts "
-                    "with what landed instead; re-plan the compaction"
-                )
-            attempted = None
             pending = kept
             if not pending and len(skipped) < len(results):  # a retried commit: the others landed before
                 metrics = _already_landed(store, latest, [r for n, r in enumerate(results) if n not in skipped])
@@ -354,6 +348,12 @@ def commit_compaction(
         _check_old(latest.manifest, pending, CommitConflictError)
         _check_new_files(store, pending, stable)
         to_remap = _indices_to_remap(source, latest, pending, stable)
+        attempt_shape = (len(pending), frozenset(index_uuid(index) for index in to_remap))
+        if attempt_shape == lost:  # the same commit again: the conflict is not one we resolve
+            raise CommitConflictError(
+                f"the compaction of version {read_version} lost the commit race, and what landed instead "
+                "neither conflicts with one of its tasks nor adds an index to remap; re-plan the compaction"
+            )
         rewritten: list[LanceOperation.RewrittenIndex] = []
         if to_remap:
             reserved, groups, rewritten = _remap(store, latest, pending, to_remap)
@@ -372,7 +372,7 @@ def commit_compaction(
                 raise
             log.info("a commit landed during the compaction's commit (attempt %d); leaving out what it "
                      "conflicts with", attempt)
-            attempted = len(pending)
+            lost = attempt_shape
             continue
         log.info(
             "compaction committed as version %d: %d fragments -> %d",
