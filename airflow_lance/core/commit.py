@@ -26,7 +26,7 @@ import time
 
 from airflow_lance.core import auto_cleanup, feature_flags, layout
 from airflow_lance.core.apply import ApplyContext, build_next_manifest
-from airflow_lance.core.conflicts import INCOMPATIBLE, REBASE, RETRY, check, rebase_create_index
+from airflow_lance.core.conflicts import INCOMPATIBLE, REBASE, RETRY, check
 from airflow_lance.core.errors import (
     CommitConflictError,
     CommitStateUnknownError,
@@ -39,7 +39,7 @@ from airflow_lance.core.history import DEFAULT_IDEMPOTENCY_LOOKBACK, History, se
 from airflow_lance.core.indices.metadata import index_uuid, parse_section
 from airflow_lance.core.legacy_dictionaries import manifest_dictionaries
 from airflow_lance.core.manifest import ManifestFile, serialize_manifest
-from airflow_lance.core.rebase import rebase_deletions
+from airflow_lance.core.rebase import rebase_create_index, rebase_deletions
 from airflow_lance.core.storage import ObjectStore, external
 from airflow_lance.core.transaction import IDEMPOTENCY_KEY, LanceOperation, Transaction, write_transaction_file
 

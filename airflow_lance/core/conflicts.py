@@ -7,13 +7,11 @@ as a retryable conflict: conservative, never wrong.
 
 from __future__ import annotations
 
-import dataclasses
 import enum
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 import pyroaring
 
-from airflow_lance.core._proto import table_pb2
 from airflow_lance.core.indices.metadata import ROW_ID_TYPES, index_uuid
 from airflow_lance.core.transaction import LanceOperation, Transaction
 
@@ -134,8 +132,10 @@ def _rewrite_over_create_index(mine: Transaction, theirs: Transaction, stable_ro
     holds row ids and covers each of our groups whole (the rewrite then only moves its bitmap to the new
     fragments, as for any such index), or when a later commit already replaced it (it is not among the
     ``live_indices`` of the version we commit onto; whatever replaced it is checked in its own right).
-    An index without a bitmap may cover anything; and we retry where it removed an index our rewrite
-    remaps (our remapped copy would bring a dropped index back)."""
+    An index without a bitmap may cover anything. We also retry where it removed an index our rewrite
+    remaps (dropped, or merged into a new segment), stricter than Lance: the commit would carry a
+    rewritten index nothing uses and leave its remapped files behind, while a retry remaps what the
+    latest version holds and removes them."""
     op, other = mine.operation, theirs.operation
     assert isinstance(op, LanceOperation.Rewrite) and isinstance(other, LanceOperation.CreateIndex)
     touched = op.touched_fragment_ids()
@@ -253,32 +253,15 @@ def _create_index(mine: Transaction, theirs: Transaction) -> Outcome:
     if kind == "create_index":
         return RETRY if _index_names(mine.operation) & _index_names(theirs.operation) else OK
     if kind == "update":
-        return REBASE if _updated_in_place(theirs.operation, _index_fields(mine.operation)) else OK
+        return REBASE if updated_in_place(theirs.operation, _index_fields(mine.operation)) else OK
     return RETRY  # rewrite, merge, project, data_replacement, overwrite, restore, unknown
 
 
-def _updated_in_place(operation: LanceOperation.BaseOperation, fields: set[int]) -> set[int]:
+def updated_in_place(operation: LanceOperation.BaseOperation, fields: set[int]) -> set[int]:
     """The fragments an Update rewrote in place on any of ``fields`` (none for a row rewrite)."""
     if not isinstance(operation, LanceOperation.Update) or operation.update_mode != "rewrite_columns":
         return set()
     return {f.id for f in operation.updated_fragments} if set(operation.fields_modified) & fields else set()
-
-
-def rebase_create_index(mine: Transaction, concurrent: Iterable[Transaction]) -> Transaction:
-    """``mine`` (a CreateIndex) without, in each new index's fragment bitmap, the fragments that a
-    concurrent update rewrote in place on that index's fields: the index holds their old values."""
-    op = mine.operation
-    assert isinstance(op, LanceOperation.CreateIndex)
-    concurrent = list(concurrent)
-    new_indices = []
-    for index in op.new_indices:
-        stale = set().union(*(_updated_in_place(t.operation, set(index.fields)) for t in concurrent))
-        if stale and index.fragment_bitmap:
-            bitmap = pyroaring.BitMap.deserialize(index.fragment_bitmap) - pyroaring.BitMap(stale)
-            index = table_pb2.IndexMetadata.FromString(index.SerializeToString())
-            index.fragment_bitmap = bitmap.serialize()
-        new_indices.append(index)
-    return dataclasses.replace(mine, operation=dataclasses.replace(op, new_indices=new_indices))
 
 
 _RULES: dict[type, Callable[[Transaction, Transaction], Outcome]] = {

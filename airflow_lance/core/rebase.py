@@ -1,17 +1,23 @@
-"""Rebasing a Delete/Update over concurrent deletes: merge deletion vectors.
+"""Rebasing a transaction over concurrent ones the conflict rules found compatible.
 
-When another writer changed the deletion file of a fragment we also delete
-from, our deletion vector is merged with theirs (never dropping either side),
-unless both deleted the same row, which is a retryable conflict as in Lance.
+A Delete/Update over concurrent deletes: when another writer changed the deletion
+file of a fragment we also delete from, our deletion vector is merged with theirs
+(never dropping either side), unless both deleted the same row, which is a
+retryable conflict as in Lance. A CreateIndex over updates that rewrote its
+columns in place: the updated fragments leave its bitmap, as pylance 14 does.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 
 import numpy as np
+import pyroaring
 
+from airflow_lance.core._proto import table_pb2
 from airflow_lance.core.arrays import sorted_unique
+from airflow_lance.core.conflicts import updated_in_place
 from airflow_lance.core.deletion import read_deletion_vector, write_deletion_vector
 from airflow_lance.core.errors import CommitConflictError
 from airflow_lance.core.fragment import FragmentMetadata
@@ -71,3 +77,20 @@ def rebase_deletions(
     else:
         new_op = dataclasses.replace(op, updated_fragments=updated, removed_fragment_ids=removed)
     return dataclasses.replace(mine, operation=new_op, raw=None)
+
+
+def rebase_create_index(mine: Transaction, concurrent: Iterable[Transaction]) -> Transaction:
+    """``mine`` (a CreateIndex) without, in each new index's fragment bitmap, the fragments that a
+    concurrent update rewrote in place on that index's fields: the index holds their old values."""
+    op = mine.operation
+    assert isinstance(op, LanceOperation.CreateIndex)
+    concurrent = list(concurrent)
+    new_indices = []
+    for index in op.new_indices:
+        stale = set().union(*(updated_in_place(t.operation, set(index.fields)) for t in concurrent))
+        if stale and index.fragment_bitmap:
+            bitmap = pyroaring.BitMap.deserialize(index.fragment_bitmap) - pyroaring.BitMap(stale)
+            index = table_pb2.IndexMetadata.FromString(index.SerializeToString())
+            index.fragment_bitmap = bitmap.serialize()
+        new_indices.append(index)
+    return dataclasses.replace(mine, operation=dataclasses.replace(op, new_indices=new_indices), raw=None)

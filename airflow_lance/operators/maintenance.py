@@ -256,7 +256,8 @@ class LanceCompactFilesOperator(_LanceMaintenanceOperator):
     "fragments_removed", "fragments_added", "files_removed", "files_added", "rows", "bytes",
     "fragments_skipped_indexed", "tasks_skipped_conflict", "versions_created", "seconds"}`` and sets it
     as the extra of the dataset's asset event. ``version`` is the compaction's version (the dataset's version
-    when there was nothing to compact), ``versions_created`` 1 (2 with remapped indices, 0 when
+    when there was nothing to compact), ``versions_created`` 1 (2 with remapped indices, one more for
+    each commit attempt that lost the race to a concurrent writer and remapped them again; 0 when
     nothing was committed).
     ``files_removed`` counts the files the compaction dropped from the dataset: they stay in
     storage, referenced by older versions, until :class:`LanceCleanupOldVersionsOperator`

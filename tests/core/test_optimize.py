@@ -359,6 +359,63 @@ def test_an_index_merged_during_the_commit_is_remapped_by_the_next_attempt(uri, 
     ds.validate()
 
 
+@pytest.mark.parametrize("skip_conflicting", [True, False])
+def test_an_index_dropped_during_the_commit_is_not_remapped(uri, monkeypatch, skip_conflicting):
+    """pylance drops the BTREE our compaction remaps, between the remap and the Rewrite's commit: that
+    attempt conflicts (stricter than Lance, which would commit a rewritten index nothing uses) and its
+    remapped files are removed. The next attempt (``skip_conflicting``) commits without the index; all
+    or nothing, the commit fails and nothing changes."""
+    from airflow_lance.core.optimize import committer
+
+    results = _two_task_plan(uri)
+    pylance.dataset(uri).create_scalar_index("id", "BTREE")
+    results = [task.execute(uri) for task in Compaction.plan(uri, target_rows_per_fragment=200).tasks]
+    index_root = os.path.join(uri, "_indices")
+    real, calls = committer.commit_transaction, []
+
+    def drop_first(store, transaction, **kwargs):
+        if isinstance(transaction.operation, lance.LanceOperation.Rewrite) and not calls:
+            calls.append(1)
+            pylance.dataset(uri).drop_index("id_idx")
+        return real(store, transaction, **kwargs)
+
+    monkeypatch.setattr(committer, "commit_transaction", drop_first)
+    indices_before = set(os.listdir(index_root))
+    if not skip_conflicting:
+        with pytest.raises(CommitConflictError):
+            Compaction.commit(uri, results)
+        assert lance.dataset(uri).describe_indices() == [] and len(lance.dataset(uri).get_fragments()) == 9
+    else:
+        metrics = Compaction.commit(uri, results, skip_conflicting=True)
+        assert (metrics.tasks_skipped_conflict, metrics.fragments_removed, metrics.versions_created) == (0, 8, 2)
+        ds = pylance.dataset(uri)
+        assert ds.describe_indices() == [] and ds.count_rows() == 600
+        ds.validate()
+    # the first attempt's remapped index files are gone (an empty directory may stay on local disk)
+    assert not [d for d in set(os.listdir(index_root)) - indices_before if os.listdir(os.path.join(index_root, d))]
+
+
+def test_a_lost_commit_race_no_task_explains_is_not_retried_in_vain(uri, monkeypatch):
+    """When the Rewrite's commit fails with a conflict that neither leaves a task out nor adds an index to
+    remap (here every commit attempt fails), the next attempt would be the same commit: it stops before
+    committing again (one attempt, not twenty), and the results stay committable."""
+    from airflow_lance.core.optimize import committer
+
+    results = _two_task_plan(uri)
+    attempts = []
+
+    def always_conflicting(store, transaction, **kwargs):
+        attempts.append(transaction.read_version)
+        raise CommitConflictError("another writer won (injected)")
+
+    monkeypatch.setattr(committer, "commit_transaction", always_conflicting)
+    with pytest.raises(CommitConflictError, match="lost the commit race"):
+        Compaction.commit(uri, results, skip_conflicting=True)
+    assert len(attempts) == 1
+    monkeypatch.undo()
+    assert Compaction.commit(uri, results, skip_conflicting=True).fragments_removed == 8  # files still there
+
+
 def test_skip_conflicting_fails_when_every_task_conflicts(uri):
     results = _two_task_plan(uri)
     lance.dataset(uri).delete("id = 30 OR id = 550")  # one row in each task's fragments

@@ -87,9 +87,9 @@ def _check_shapes(results: Sequence[RewriteResult]) -> int:
     return versions.pop()
 
 
-def _changed(manifest: table_pb2.Manifest, result: RewriteResult) -> FragmentMetadata | None:
-    """The first old fragment of ``result`` that is not in ``manifest`` exactly as the result saw it."""
-    by_id = {f.id: f for f in manifest.fragments}
+def _changed(by_id: Mapping[int, table_pb2.DataFragment], result: RewriteResult) -> FragmentMetadata | None:
+    """The first old fragment of ``result`` that is not among ``by_id`` (a manifest's fragments by id)
+    exactly as the result saw it."""
     for old in result.old_fragments:
         pb = by_id.get(old.id)
         if pb is None or not same_fragment(FragmentMetadata.from_pb(pb), old):
@@ -99,8 +99,9 @@ def _changed(manifest: table_pb2.Manifest, result: RewriteResult) -> FragmentMet
 
 def _check_old(manifest: table_pb2.Manifest, results: Sequence[RewriteResult], error: type[Exception]) -> None:
     """Every old fragment is in ``manifest`` exactly as the result saw it; else raise ``error``."""
+    by_id = {f.id: f for f in manifest.fragments}
     for result in results:
-        old = _changed(manifest, result)
+        old = _changed(by_id, result)
         if old is not None:
             raise error(
                 f"fragment {old.id} is not as the compaction read it (version {manifest.version}); "
@@ -127,16 +128,17 @@ def _check_new_files(store: ObjectStore, results: Sequence[RewriteResult], stabl
                     raise InvalidInputError("new fragments of a dataset with stable row ids must carry their row ids")
 
 
-def _already_committed(latest: table_pb2.Manifest, result: RewriteResult) -> bool:
-    """Whether ``result`` is already part of the latest version (a retried commit).
+def _already_committed(latest: table_pb2.Manifest, results: Sequence[RewriteResult]) -> list[bool]:
+    """Whether each result is already part of the latest version (a retried commit).
 
     Its new data files are all there; a result that wrote nothing (every row was
     deleted) counts as committed once none of its old fragments is left.
     """
-    if not result.new_fragments:
-        return not {f.id for f in result.old_fragments} & {f.id for f in latest.fragments}
+    ids = {f.id for f in latest.fragments}
     present = {f.path for fragment in latest.fragments for f in fragment.files}
-    return all(f.path in present for fragment in result.new_fragments for f in fragment.files)
+    return [not {f.id for f in result.old_fragments} & ids if not result.new_fragments
+            else all(f.path in present for fragment in result.new_fragments for f in fragment.files)
+            for result in results]
 
 
 def _metrics(results: Sequence[RewriteResult], version: int, created: int) -> CompactionMetrics:
@@ -262,11 +264,26 @@ def _discard_indices(store: ObjectStore, rewritten: Sequence[LanceOperation.Rewr
                 pass
 
 
-def _conflicting(history: History, source: ManifestFile, latest: ManifestFile, result: RewriteResult,
-                 stable: bool) -> str | None:
-    """Why ``result`` alone cannot be committed onto ``latest`` (None: it can): Lance's conflict rules
+@dataclasses.dataclass
+class _Onto:
+    """The latest version a commit attempt builds on, with what every task's check reads from it."""
+
+    latest: ManifestFile
+    history: History
+    fragments: dict[int, table_pb2.DataFragment]
+    live_indices: frozenset[str]
+
+    @classmethod
+    def read(cls, store: ObjectStore, latest: ManifestFile) -> _Onto:
+        return cls(latest, History(store, latest), {f.id: f for f in latest.manifest.fragments},
+                   frozenset(index_uuid(index) for index in parse_section(latest)))
+
+
+def _conflicting(onto: _Onto, source: ManifestFile, result: RewriteResult, stable: bool) -> str | None:
+    """Why ``result`` alone cannot be committed onto ``onto.latest`` (None: it can): the conflict rules
     for a Rewrite of its group against every version committed since the plan, and the index checks."""
-    old = _changed(latest.manifest, result)
+    latest = onto.latest
+    old = _changed(onto.fragments, result)
     if old is not None:
         return f"fragment {old.id} changed since version {result.read_version}"
     try:
@@ -278,10 +295,9 @@ def _conflicting(history: History, source: ManifestFile, latest: ManifestFile, r
         [LanceOperation.RewrittenIndex(index_uuid(index), "", "", b"", 0) for index in remapped],
     )
     mine = Transaction(result.read_version, rewrite)
-    live = frozenset(index_uuid(index) for index in parse_section(latest))
     for version in range(result.read_version + 1, latest.version + 1):
-        theirs = history.concurrent_transaction(version, result.read_version)
-        if check(mine, theirs, stable_row_ids=stable, live_indices=live) in (RETRY, INCOMPATIBLE):
+        theirs = onto.history.concurrent_transaction(version, result.read_version)
+        if check(mine, theirs, stable_row_ids=stable, live_indices=onto.live_indices) in (RETRY, INCOMPATIBLE):
             return f"the {theirs.kind} committed as version {version} conflicts with it"
     return None
 
@@ -320,14 +336,15 @@ def commit_compaction(
     lost: tuple[int, frozenset[str]] | None = None  # (tasks, indices remapped) of the attempt that lost the race
     for attempt in range(1, MAX_SKIPPING_ATTEMPTS + 1):
         latest = read_latest_manifest(store)
-        pending = [r for n, r in enumerate(results) if n not in skipped and not _already_committed(latest.manifest, r)]
+        committed_before = _already_committed(latest.manifest, results)
+        pending = [r for n, r in enumerate(results) if n not in skipped and not committed_before[n]]
         if not pending and not skipped:
             return _already_landed(store, latest, results)
         if skip_conflicting:
             kept = []
-            history = History(store, latest)
+            onto = _Onto.read(store, latest)
             for result in pending:
-                reason = _conflicting(history, source, latest, result, stable)
+                reason = _conflicting(onto, source, result, stable)
                 if reason is None:
                     kept.append(result)
                     continue

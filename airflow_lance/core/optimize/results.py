@@ -31,7 +31,9 @@ class CompactionMetrics:
       their files are deleted, the other tasks committed; the counts above cover
       the committed tasks only).
     * ``versions_created``: versions the compaction committed: 1 (the Rewrite;
-      no separate fragment-id reservation), or 0 when there was nothing to
+      no separate fragment-id reservation), plus one ``ReserveFragments`` version
+      per commit attempt that remapped indices (one, unless an attempt of
+      ``skip_conflicting`` lost the commit race), or 0 when there was nothing to
       compact or the results were already committed.
     * ``version``: the version holding the compaction's Rewrite (0 when none
       was committed, or a retried commit's version was cleaned up).

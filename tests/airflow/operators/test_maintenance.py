@@ -220,3 +220,40 @@ def test_reported_version_is_the_compaction_even_when_a_writer_commits_after_it(
     retried = operator._commit(ds, results, None)  # a retried task: nothing committed twice
     assert (retried.version, retried.versions_created) == (metrics.version, 0)
     assert lance.dataset(uri).version == metrics.version + 1
+
+
+@pytest.mark.parametrize("skip_conflicting", [True, False])
+def test_compaction_leaves_out_the_tasks_a_concurrent_delete_touched_by_default(tmp_path: pathlib.Path,
+                                                                                 skip_conflicting: bool) -> None:
+    """A writer deletes a row in the first compaction task's fragments between the plan and the commit: by
+    default the operator commits the other tasks and reports the one left out; with
+    ``skip_conflicting=False`` (pylance's all-or-nothing rule) it commits nothing and removes every file
+    it wrote."""
+    from airflow_lance.operators.maintenance import LanceCompactFilesOperator
+
+    uri = str(tmp_path / "busy.lance")
+    _small_fragments(uri, fragments=4, rows=20)
+    lance.write_dataset(pa.table({"id": pa.array(range(80, 580), pa.int64()),
+                                  "name": [f"big-{j}" for j in range(500)]}), uri, mode="append")
+    for i in range(4):
+        lance.write_dataset(pa.table({"id": pa.array(range(600 + i * 20, 620 + i * 20), pa.int64()),
+                                      "name": [f"late-{j}" for j in range(20)]}), uri, mode="append")
+    ds = lance.dataset(uri)
+    plan = lance.Compaction.plan(ds, target_rows_per_fragment=100)
+    assert [[f.id for f in t.fragments] for t in plan.tasks] == [[0, 1, 2, 3], [5, 6, 7, 8]]
+    results = LanceCompactFilesOperator._rewrite_here(ds, plan)
+    lance.dataset(uri).delete("id = 5")  # in fragment 0, after the plan
+    before, expected = _files(uri), lance.dataset(uri).to_table().sort_by("id")
+    operator = LanceCompactFilesOperator(task_id="compact", uri=uri, skip_conflicting=skip_conflicting)
+    if not skip_conflicting:
+        with pytest.raises(lance.CommitConflictError):
+            operator._commit(ds, results, None)
+        written = {f"data/{d.path}" for r in results for fragment in r.new_fragments for d in fragment.files}
+        assert written <= before and _files(uri) == before - written
+        assert lance.dataset(uri).version == ds.version + 1
+        return
+    metrics = operator._commit(ds, results, None)
+    assert (metrics.tasks_skipped_conflict, metrics.fragments_removed, metrics.fragments_added) == (1, 4, 1)
+    theirs = pylance.dataset(uri)
+    assert [f.fragment_id for f in theirs.get_fragments()] == [0, 1, 2, 3, 4, 9]
+    assert theirs.to_table().sort_by("id").equals(expected)
