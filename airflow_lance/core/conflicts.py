@@ -206,16 +206,26 @@ def _update_config(mine: Transaction, theirs: Transaction) -> Outcome:
 
 
 def _data_replacement(mine: Transaction, theirs: Transaction) -> Outcome:
-    """Lance's rule: only a rewrite of our fragments, a replacement of the same fields of the
-    same fragment (or an index, which may cover our fields) makes us retry."""
+    """pylance 14's rules for a replacement (or backfill) of column files in given fragments:
+
+    * a delete or update that removed a target fragment: incompatible;
+    * an update that moved rows out of a target fragment (their new copies carry the old values),
+      or rewrote a replaced field of a target fragment in place (our file would undo it): retry;
+    * a drop of a replaced field: incompatible; any merge, or an index on a replaced field: retry;
+    * a rewrite of a target fragment, or a replacement of the same fields of one: retry;
+    * anything else (deletion vectors on a target fragment, in-place updates of other fields,
+      appends, indices on other fields): compatible."""
     kind = theirs.kind
+    op = mine.operation
+    assert isinstance(op, LanceOperation.DataReplacement)
+    targets = {group.fragment_id for group in op.replacements}
+    fields = {f for group in op.replacements for f in group.new_file.fields}
     if kind in ("overwrite", "restore", "update_mem_wal_state"):
         return INCOMPATIBLE
     if kind == "rewrite":
         return RETRY if _overlap(mine, theirs) else OK
     if kind == "data_replacement":
-        op, other = mine.operation, theirs.operation
-        assert isinstance(op, LanceOperation.DataReplacement)
+        other = theirs.operation
         if not isinstance(other, LanceOperation.DataReplacement):
             return RETRY
         for group in op.replacements:
@@ -224,9 +234,23 @@ def _data_replacement(mine: Transaction, theirs: Transaction) -> Outcome:
                     return RETRY
         return OK
     if kind == "create_index":
-        return RETRY
-    return OK if kind in ("append", "delete", "update", "merge", "update_config", "reserve_fragments", "project",
-                          "clone", "update_bases") else RETRY
+        return RETRY if _index_fields(theirs.operation) & fields else OK
+    if kind in ("delete", "update"):
+        other = theirs.operation
+        removed = set(other.deleted_fragment_ids if isinstance(other, LanceOperation.Delete)
+                      else other.removed_fragment_ids)
+        if removed & targets:
+            return INCOMPATIBLE
+        if isinstance(other, LanceOperation.Update):
+            if other.update_mode != "rewrite_columns":
+                return RETRY if {f.id for f in other.updated_fragments} & targets else OK
+            for group in op.replacements:
+                if group.fragment_id in updated_in_place(other, set(group.new_file.fields)):
+                    return RETRY
+        return OK
+    if kind == "project":
+        return INCOMPATIBLE if fields - set(theirs.operation.schema.field_ids()) else OK
+    return OK if kind in ("append", "update_config", "reserve_fragments", "clone", "update_bases") else RETRY
 
 
 def _index_names(operation: LanceOperation.BaseOperation) -> set[str]:

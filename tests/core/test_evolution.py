@@ -12,9 +12,9 @@ import pytest
 
 import airflow_lance.core as lance
 from airflow_lance.core import conflicts, evolution
-from airflow_lance.core._proto import transaction_pb2
-from airflow_lance.core.schema import LanceSchema
+from airflow_lance.core._proto import table_pb2, transaction_pb2
 from airflow_lance.core.scan import read_fragment
+from airflow_lance.core.schema import LanceSchema
 from airflow_lance.core.transaction import LanceOperation, Transaction
 
 
@@ -75,10 +75,36 @@ def _replacement(fragment_id: int, fields: tuple[int, ...]):
         [LanceOperation.DataReplacementGroup(fragment_id, lance.DataFile("f.lance", fields, (0,), 2, 2))])
 
 
+def _fragment(fragment_id: int) -> lance.FragmentMetadata:
+    return lance.FragmentMetadata(fragment_id, [lance.DataFile("d.lance", (0,), (0,), 2, 2)], physical_rows=2)
+
+
+SIX_COLUMNS = LanceSchema.from_arrow(pa.schema([(f"c{i}", pa.int64()) for i in range(6)]))
+
+
+def _index_on(field: int) -> table_pb2.IndexMetadata:
+    return table_pb2.IndexMetadata(name=f"i{field}", fields=[field])
+
+
 @pytest.mark.parametrize(("theirs", "outcome"), [
     (LanceOperation.Append([]), conflicts.OK),
-    (LanceOperation.Delete([], [1], "a = 1"), conflicts.OK),
-    (LanceOperation.Merge([], SCHEMA), conflicts.OK),
+    (LanceOperation.Delete([], [2], "a = 1"), conflicts.OK),
+    (LanceOperation.Delete([_fragment(1)], [], "a = 1"), conflicts.OK),  # a deletion vector stays aligned
+    (LanceOperation.Delete([], [1], "a = 1"), conflicts.INCOMPATIBLE),  # the target fragment is gone
+    (LanceOperation.Update([1], [], [_fragment(7)]), conflicts.INCOMPATIBLE),
+    (LanceOperation.Update([], [_fragment(1)], [_fragment(7)]), conflicts.RETRY),  # rows moved out
+    (LanceOperation.Update([], [_fragment(2)], [_fragment(7)]), conflicts.OK),
+    (LanceOperation.Update([], [_fragment(1)], [], fields_modified=[5], update_mode="rewrite_columns"),
+     conflicts.RETRY),  # our file would undo their update
+    (LanceOperation.Update([], [_fragment(1)], [], fields_modified=[6], update_mode="rewrite_columns"),
+     conflicts.OK),
+    (LanceOperation.Update([], [_fragment(2)], [], fields_modified=[5], update_mode="rewrite_columns"),
+     conflicts.OK),
+    (LanceOperation.Merge([], SCHEMA), conflicts.RETRY),
+    (LanceOperation.Project(SCHEMA), conflicts.INCOMPATIBLE),  # field 5 dropped
+    (LanceOperation.Project(SIX_COLUMNS), conflicts.OK),  # fields 0-5: field 5 kept
+    (LanceOperation.CreateIndex([_index_on(5)]), conflicts.RETRY),
+    (LanceOperation.CreateIndex([_index_on(6)]), conflicts.OK),
     (_replacement(1, (5,)), conflicts.RETRY),
     (_replacement(1, (6,)), conflicts.OK),
     (_replacement(2, (5,)), conflicts.OK),
@@ -86,6 +112,7 @@ def _replacement(fragment_id: int, fields: tuple[int, ...]):
     (LanceOperation.Restore(1), conflicts.INCOMPATIBLE),
 ])
 def test_data_replacement_conflicts_as_lance(theirs, outcome):
+    """pylance 14's rules (tests/interop/test_evolution_interop.py checks them against pylance)."""
     assert conflicts.check(_txn(_replacement(1, (5,))), _txn(theirs)) is outcome
 
 

@@ -11,6 +11,7 @@ import lance as pylance
 import numpy as np
 import pyarrow as pa
 import pytest
+from lance.commit import CommitConflictError
 
 import airflow_lance.core as ours
 from airflow_lance.core.evolution import next_field_id
@@ -297,6 +298,87 @@ def test_data_replacement_backfills_and_replaces(tmp_path):
     ours.LanceDataset.commit(uri, op, read_version=ds.version)
     assert pylance.dataset(uri).to_table().column("y").to_pylist() == [0, 10, 200, 300, None, None]
     assert [len(f.metadata.files) for f in pylance.dataset(uri).get_fragments()] == [2, 2, 1]
+
+
+def _backfill_setup(uri: str) -> tuple[int, ours.DataFile]:
+    """Three fragments of ``id``/``a``, an all-null ``y``, a BTREE on ``id`` (so a partial merge
+    insert updates in place, as pylance 14 does), and a file of ``y`` values for fragment 0 written
+    at the returned read version (not committed)."""
+    import dataclasses
+
+    ours.write_dataset(pa.table({"id": np.arange(6), "a": np.arange(6)}), uri, max_rows_per_file=2)
+    ours.dataset(uri).add_columns(pa.field("y", pa.int64()))
+    pylance.dataset(uri).create_scalar_index("id", "BTREE")
+    ds = ours.dataset(uri)
+    (written, _), = [ds.get_fragments()[0].merge_columns({"tmp": "a * 10"})]
+    y = ds.lance_schema.top_level()[-1].id
+    return ds.version, dataclasses.replace(written.files[-1], fields=(y,))
+
+
+def _upsert(column: str, ids: list[int]):
+    table = pa.table({"id": pa.array(ids, pa.int64()), column: pa.array([70 + i for i in ids], pa.int64())})
+    return lambda ds: ds.merge_insert("id").when_matched_update_all().execute(table)
+
+
+CONCURRENT = {
+    "deletion vector on the target": lambda ds: ds.delete("id = 0"),
+    "deletion vector elsewhere": lambda ds: ds.delete("id = 2"),
+    "target fragment deleted": lambda ds: ds.delete("id < 2"),
+    "rows moved out of the target": lambda ds: ds.update({"a": "a + 100"}, "id = 1"),
+    "target fragment rewritten by update": lambda ds: ds.update({"a": "a + 100"}, "id < 2"),
+    "rows moved out elsewhere": lambda ds: ds.update({"a": "a + 100"}, "id = 3"),
+    "replaced column updated in place": _upsert("y", [1]),
+    "replaced column updated in place elsewhere": _upsert("y", [3]),
+    "other column updated in place": _upsert("a", [1]),
+    "columns added": lambda ds: ds.add_columns({"z": "a + 1"}),
+    "index on another column": lambda ds: ds.create_scalar_index("a", "BTREE"),
+    "index on the replaced column": lambda ds: ds.create_scalar_index("y", "BTREE"),
+    "replaced column dropped": lambda ds: ds.drop_columns(["y"]),
+    "other column dropped": lambda ds: ds.drop_columns(["a"]),
+    "compaction": lambda ds: ds.optimize.compact_files(target_rows_per_fragment=100),
+}
+
+
+def _outcome(commit, *args, **kwargs) -> str:
+    try:
+        commit(*args, **kwargs)
+    except CommitConflictError as exc:  # pylance's: one class, the message says which
+        return "incompatible" if "Incompatible transaction" in str(exc) else "retry"
+    except ours.IncompatibleTransactionError:
+        return "incompatible"
+    except ours.CommitConflictError:
+        return "retry"
+    return "committed"
+
+
+@pytest.mark.parametrize("concurrent", list(CONCURRENT))
+def test_a_backfill_over_concurrent_writes_conflicts_as_pylance(tmp_path, concurrent):
+    """A DataReplacement planned before a concurrent write: pylance 14 and our core commit, retry or
+    refuse alike, and what both commit reads the same. Before December 2026 ours committed over an
+    update that moved rows out of the target (their copies kept null) or rewrote the column in place
+    (our file undid the update), over a drop of the column and over any merge, and retried over an
+    index on another column."""
+    base = str(tmp_path / "base.lance")
+    read_version, file = _backfill_setup(base)
+    outcomes, tables = {}, {}
+    for engine in ("pylance", "ours"):
+        uri = str(tmp_path / engine)
+        shutil.copytree(base, uri)
+        CONCURRENT[concurrent](pylance.dataset(uri))
+        if engine == "pylance":
+            data_file = pylance.fragment.DataFile(file.path, list(file.fields), list(file.column_indices),
+                                                  file.file_major_version, file.file_minor_version)
+            op = pylance.LanceOperation.DataReplacement([pylance.LanceOperation.DataReplacementGroup(0, data_file)])
+            outcomes[engine] = _outcome(pylance.LanceDataset.commit, uri, op, read_version=read_version)
+        else:
+            op = ours.LanceOperation.DataReplacement([ours.LanceOperation.DataReplacementGroup(0, file)])
+            outcomes[engine] = _outcome(ours.LanceDataset.commit, uri, op, read_version=read_version)
+        tables[engine] = pylance.dataset(uri).to_table().sort_by("id")
+    assert outcomes["ours"] == outcomes["pylance"]
+    assert tables["ours"].equals(tables["pylance"])
+    if outcomes["ours"] == "committed" and "y" in tables["ours"].column_names:
+        ds = ours.dataset(str(tmp_path / "ours"))
+        assert ds.to_table().sort_by("id").equals(tables["pylance"])
 
 
 # -- bad input: a typed error, as pylance's builtin, and nothing written -----------------------------------------
