@@ -424,7 +424,21 @@ def _apply_merge(op: LanceOperation.Merge, base: ManifestFile | None, ctx: Apply
     manifest.fragments.extend(
         _new_fragments([f for f in op.fragments if f.id == 0 and 0 not in existing], base.manifest, manifest))
     _finish(manifest, base.manifest, ctx)
-    return NextManifest(manifest, base.index_section)
+    return NextManifest(manifest, _indices_on(base.index_section, set(lance_schema.field_ids())))
+
+
+def _indices_on(section: bytes | None, kept: set[int]) -> bytes | None:
+    """``section`` without the indices on a field no longer in the schema (dropped, or cast to a new
+    field id by a Merge planned before the index was committed): pylance 14 leaves them out, and one
+    left in breaks every filtered scan in pylance."""
+    if not section:
+        return section
+    parsed = table_pb2.IndexSection()
+    parsed.ParseFromString(section)
+    survivors = [i for i in parsed.indices if set(i.fields) <= kept]
+    if len(survivors) == len(parsed.indices):
+        return section
+    return table_pb2.IndexSection(indices=survivors).SerializeToString() if survivors else None
 
 
 def _apply_data_replacement(
@@ -473,14 +487,7 @@ def _apply_project(op: LanceOperation.Project, base: ManifestFile | None, ctx: A
             del fragment.files[:]
             fragment.files.extend(files)
     _finish(manifest, base.manifest, ctx)
-    section = base.index_section
-    if section:
-        parsed = table_pb2.IndexSection()
-        parsed.ParseFromString(section)
-        survivors = [i for i in parsed.indices if set(i.fields) <= kept]
-        if len(survivors) != len(parsed.indices):
-            section = table_pb2.IndexSection(indices=survivors).SerializeToString() if survivors else None
-    return NextManifest(manifest, section)
+    return NextManifest(manifest, _indices_on(base.index_section, kept))
 
 
 def _apply_restore(op: LanceOperation.Restore, base: ManifestFile | None, ctx: ApplyContext) -> NextManifest:

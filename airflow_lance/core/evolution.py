@@ -688,7 +688,23 @@ def plan_alter_columns(dataset: LanceDataset, alterations: Sequence[Mapping[str,
     tightened = any(a.get("nullable") is False for a in alterations)
     if not casts:
         return LanceOperation.Project(LanceSchema.from_fields(renamed.fields, schema.metadata), not tightened)
+    _refuse_indexed_casts(dataset, schema, casts)
     return _plan_casts(dataset, renamed, casts)
+
+
+def _refuse_indexed_casts(dataset: LanceDataset, schema: LanceSchema,
+                          casts: Sequence[tuple[file_pb2.Field, pa.DataType]]) -> None:
+    """pylance 14 refuses to cast a column an index is built on: the cast gives the column a new
+    field id, and an index left on the old one breaks every filtered scan in pylance."""
+    from airflow_lance.core.indices.metadata import user_indices
+
+    cast_ids = {i for source, _ in casts for i in schema.subtree_ids(source.id)}
+    attached = sorted({index.name for index in user_indices(dataset.manifest_file) if set(index.fields) & cast_ids})
+    if attached:
+        columns = [".".join([a.name for a in _ancestors(schema, source)] + [source.name]) for source, _ in casts]
+        raise SchemaEvolutionError(
+            f"cannot cast {columns}: index(es) {attached} are built on them and a cast rewrites the column's "
+            "data; drop them with drop_index() first and create them again after the cast")
 
 
 def _ancestors(schema: LanceSchema, field: file_pb2.Field) -> list[file_pb2.Field]:

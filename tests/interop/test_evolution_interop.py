@@ -415,6 +415,63 @@ def test_bad_input_is_refused_before_writing(tmp_path, label, op):
     assert _listing(mine) == before and handle.version == 1
 
 
+def test_a_cast_of_an_indexed_column_is_refused_as_pylance(tmp_path):
+    """pylance 14 refuses to cast a column an index is built on. Until December 2026 ours cast it
+    and left the index on the old field id: every filtered scan in pylance then failed."""
+    theirs, mine = str(tmp_path / "t"), str(tmp_path / "o")
+    pylance.write_dataset(_table(), theirs, max_rows_per_file=4)
+    pylance.dataset(theirs).create_scalar_index("a", "BTREE")
+    shutil.copytree(theirs, mine)
+    cast = {"path": "a", "data_type": pa.int32()}
+    with pytest.raises(OSError) as their_error:
+        pylance.dataset(theirs).alter_columns(cast)
+    assert "a_idx" in str(their_error.value)
+    before = _listing(mine)
+    handle = ours.dataset(mine)
+    with pytest.raises(ours.SchemaEvolutionError, match="a_idx") as our_error:
+        handle.alter_columns(cast)
+    assert isinstance(our_error.value, OSError)
+    assert _listing(mine) == before and handle.version == 2
+    handle.drop_index("a_idx")
+    handle.alter_columns(cast)  # as pylance asks: drop the index, cast, index again
+    handle.create_scalar_index("a", "BTREE")
+    ds = pylance.dataset(mine)
+    ds.validate()
+    assert ds.schema.field("a").type == pa.int32()
+    assert ds.to_table(filter="a = 3", columns=["b"]).column("b").to_pylist() == ["s3"]
+
+
+@pytest.mark.parametrize("index_type", ["BTREE", "IVF_FLAT"])
+def test_an_index_planned_before_a_concurrent_cast_is_built_on_the_cast_column(tmp_path, index_type):
+    """Our handle plans an index, pylance casts the column meanwhile (a new field id): the retry
+    builds the index on the cast column. Until December 2026 it kept the old field id, and every
+    filtered scan in pylance then failed (pylance 14 commits such an index itself)."""
+    uri = str(tmp_path / "c.lance")
+    ids = np.arange(64)
+    vectors = np.random.default_rng(3).standard_normal((64, 8)).astype(np.float32)
+    pylance.write_dataset(pa.table({"a": ids, "v": pa.FixedSizeListArray.from_arrays(pa.array(vectors.ravel()), 8)}),
+                          uri, max_rows_per_file=32)
+    handle = ours.dataset(uri)
+    if index_type == "BTREE":
+        pylance.dataset(uri).alter_columns({"path": "a", "data_type": pa.int32()})
+        handle.create_scalar_index("a", "BTREE")
+    else:
+        pylance.dataset(uri).alter_columns({"path": "v", "data_type": pa.list_(pa.float16(), 8)})
+        handle.create_index("v", "IVF_FLAT", num_partitions=2)
+    ds = pylance.dataset(uri)
+    ds.validate()
+    [index] = ds.describe_indices()
+    column = "a" if index_type == "BTREE" else "v"
+    assert index.field_names == [column]
+    assert ours.dataset(uri).lance_schema.top_level()[-1 if column == "v" else 0].id in index.fields
+    if index_type == "BTREE":
+        assert ds.to_table(filter="a = 7", columns=["a"]).column("a").to_pylist() == [7]
+    else:
+        query = {"column": "v", "q": vectors[5].astype(np.float16), "k": 3}
+        assert ds.to_table(nearest={**query, "nprobes": 2}, columns=["a"]).column("a").to_pylist() == \
+            ds.to_table(nearest={**query, "use_index": False}, columns=["a"]).column("a").to_pylist()
+
+
 def test_udf_with_wrong_output_is_refused_before_commit(twins):
     _theirs, mine = twins
     schema = pa.schema([("u", pa.int64())])

@@ -316,6 +316,11 @@ def create_index(
                                                        train, **kwargs)
 
     def plan(current: LanceDataset) -> tuple[LanceOperation.CreateIndex, None]:
+        nonlocal column, field_id, dim, params
+        if current is not dataset:  # a retry: the column may have been cast (a new field id) or dropped
+            column, field_id, dim, params = check_vector_index(current, column, index_type, name, metric, replace,
+                                                               num_partitions, num_sub_vectors,
+                                                               target_partition_size, train, **kwargs)
         index_name, existing = resolve_name(current, column, field_id, params.index_type, name, replace, ivf.TYPE_URL)
         if train:
             index, _ = build_vector_index(current, column, field_id, dim, params, index_name)
