@@ -437,6 +437,34 @@ def test_index_names_follow_pylance(tmp_path):
     assert results["airflow_lance.core"] == results["lance"]
 
 
+CORPUS = os.path.join(os.path.dirname(__file__), "..", "fixtures", "lance_corpus")
+
+
+@pytest.mark.parametrize("release", ["0.18.2", "0.30.0", "4.0.2", "14.0.2"])
+@pytest.mark.parametrize(("column", "kind"), [("cat", "BITMAP"), ("cat", "BTREE"), ("id", "BITMAP"),
+                                               ("labels", "LABEL_LIST"), ("vec", "IVF_PQ"), ("vec", "IVF_FLAT")])
+def test_index_names_on_indices_old_releases_wrote_follow_pylance(tmp_path, release, column, kind):
+    """Building an index on a column an old release indexed: the same name (replaced, or taken) as
+    pylance 14. Until December 2026 ours took ``{column}_idx_2`` beside an index without details
+    (releases before 0.20) or with the vector details' older type URL (before 7.0)."""
+    names = {}
+    for lib in (pylance, lance):
+        uri = str(tmp_path / lib.__name__)
+        shutil.copytree(os.path.join(CORPUS, release, "indices.lance"), uri)
+        handle = lib.dataset(uri)
+        try:
+            if kind.startswith("IVF"):
+                handle.create_index(column, kind, num_partitions=2,
+                                    **({"num_sub_vectors": 2} if kind == "IVF_PQ" else {}))
+            else:
+                handle.create_scalar_index(column, kind)
+        except RuntimeError as exc:  # pylance's and our IndexExistsError
+            names[lib.__name__] = f"refused: {'already exists' in str(exc)}"
+            continue
+        names[lib.__name__] = sorted(i["name"] for i in lance.dataset(uri).list_indices())
+    assert names["airflow_lance.core"] == names["lance"]
+
+
 def test_pylance_commits_over_our_create_index(uri):
     """pylance reads our CreateIndex transaction to rebase its own concurrent commits."""
     _written(uri)

@@ -1,8 +1,9 @@
 """Random sequences of writes in lockstep with pylance 14, on datasets carrying indices.
 
 Three identical copies of a dataset go through the same random sequence of operations (appends,
-deletes, updates of indexed columns, upserts, partial merge inserts that pylance applies in place,
-added and dropped columns, compactions, ``optimize_indices``, restores, cleanups, tags):
+deletes, updates of indexed columns, upserts (with a delete by source), partial merge inserts that
+pylance applies in place, added and dropped columns, compactions, ``optimize_indices``, index rebuilds,
+restores, cleanups, tags):
 
 * ``P`` by pylance alone, the oracle;
 * ``O`` by our core alone;
@@ -57,6 +58,7 @@ class _Profile:
     filters: tuple[str, ...]  # queries through the scalar indices
     full_text: tuple[str, ...]  # words searched through the full-text index
     vectors: tuple[tuple[str, np.ndarray], ...]  # (column, query vector)
+    rebuilds: tuple[tuple[str, str, dict], ...] = ()  # (column, index type, arguments) an index is rebuilt with
 
 
 def _synthetic_rows(ids, offset: int = 0) -> pa.Table:
@@ -85,6 +87,8 @@ SYNTHETIC = _Profile(
     full_text=("apple", "hotel", "doc12", "updated"),
     vectors=(("v", np.asarray(_vectors([123], 16, 1).flatten(), np.float32)),
              ("w", np.asarray(_vectors([123], 8, 2).flatten(), np.float32))),
+    rebuilds=(("id", "BTREE", {}), ("cat", "BITMAP", {}),
+              ("v", "IVF_PQ", {"num_partitions": 2, "num_sub_vectors": 4})),
 )
 
 CATEGORIES = ["alpha", "beta", "gamma"]
@@ -111,6 +115,8 @@ CORPUS_PROFILE = _Profile(
              "array_has_any(labels, ['gamma'])", "id > 100000"),
     full_text=("word3", "common", "fresh", "updated", "partial"),
     vectors=(("vec", np.asarray([0.5, 0.25, 0.75, 0.5], np.float32)),),
+    rebuilds=(("id", "BTREE", {}), ("cat", "BITMAP", {}),
+              ("vec", "IVF_PQ", {"num_partitions": 2, "num_sub_vectors": 2})),
 )
 
 
@@ -159,7 +165,8 @@ class _Walk:
     def operation(self) -> tuple[str, Callable]:
         kind = self.rng.choice(["append", "append", "delete", "delete", "update", "update", "upsert", "upsert",
                                 "partial", "add column", "drop column", "compaction", "optimize indices",
-                                "restore", "cleanup", "tag"])
+                                "restore", "cleanup", "tag", "upsert, delete by source", "rebuild an index",
+                                "update nothing"])
         rows = self.profile.rows
         if kind == "append":
             table = rows(self.new_ids(self.rng.randint(1, 40)), 0)
@@ -175,6 +182,21 @@ class _Walk:
             table = rows(self.some_ids(self.rng.randint(1, 8)) + self.new_ids(self.rng.randint(0, 5)),
                          self.rng.randint(1, 100))
             return kind, lambda ds: _merge_insert(ds, table)
+        if kind == "upsert, delete by source":
+            table = rows(self.some_ids(self.rng.randint(1, 8)) + self.new_ids(self.rng.randint(0, 3)),
+                         self.rng.randint(1, 100))
+            low = self.rng.randrange(self.next_id)
+            return kind, lambda ds: (ds.merge_insert("id").when_matched_update_all().when_not_matched_insert_all()
+                                     .when_not_matched_by_source_delete(f"id >= {low} AND id < {low + 20}")
+                                     .execute(table))
+        if kind == "update nothing":
+            return kind, lambda ds: ds.update({"id": "id + 1"}, "id < 0")
+        if kind == "rebuild an index":  # replaced under the same name (ours builds BTREE, BITMAP, IVF_PQ)
+            column, index_type, arguments = self.rng.choice(self.profile.rebuilds)
+            if index_type == "IVF_PQ":
+                return f"rebuild {index_type}", lambda ds: ds.create_index(column, index_type, replace=True,
+                                                                           **arguments)
+            return f"rebuild {index_type}", lambda ds: ds.create_scalar_index(column, index_type, replace=True)
         if kind == "partial":  # a subset of the columns: pylance updates them in place (a BTREE on the key)
             column = self.rng.choice(sorted(self.profile.partial))
             ids = self.some_ids(self.rng.randint(1, 6))

@@ -28,7 +28,7 @@ from airflow_lance.core.errors import (
 )
 from airflow_lance.core.indices import bitmap, btree, label_list
 from airflow_lance.core.indices.files import write_index_file
-from airflow_lance.core.indices.metadata import user_indices
+from airflow_lance.core.indices.metadata import type_name, user_indices
 from airflow_lance.core.transaction import LanceOperation
 
 if TYPE_CHECKING:
@@ -82,17 +82,23 @@ def resolve_name(current: LanceDataset, column: str, field_id: int, index_type: 
     """pylance 14's naming: the index's name and the entries it replaces.
 
     Without ``name``: ``{column}_idx``, or ``{column}_idx_2``, ``_3``, ... while the name is taken by
-    an index of another type on the column. A name taken by an index on other fields is an error
+    an index of another type on the column (of the same type: the details' type names agree, as the
+    two URLs vector details have had; an index without details, which releases before 0.20 wrote,
+    counts as the same type, as in pylance 14). A name taken by an index on other fields is an error
     (also with ``replace``); one taken on the same fields is replaced if ``replace``, else an error.
     """
     indices = user_indices(current.manifest_file)
     type_url = type_url or TYPE_URLS[index_type]
+
+    def same_type(index: table_pb2.IndexMetadata) -> bool:
+        found = index.index_details.type_url
+        return not found or type_name(found) == type_name(type_url)
+
     if name is None:
         for n in range(1, len(indices) + 2):
             name = f"{column}_idx" if n == 1 else f"{column}_idx_{n}"
             taken = [i for i in indices if i.name == name]
-            if not taken or (list(taken[0].fields) == [field_id]
-                             and taken[0].index_details.type_url == type_url):
+            if not taken or (list(taken[0].fields) == [field_id] and same_type(taken[0])):
                 break
     assert name is not None
     existing = [i for i in indices if i.name == name]
