@@ -227,11 +227,12 @@ def create_scalar_index(
     unknown or not yet supported ``index_type``.
     """
     check_train(train)
-    check_scalar_index(dataset, column, index_type, name, replace)
+    kind, field_id = check_scalar_index(dataset, column, index_type, name, replace)
 
     def plan(current: LanceDataset) -> tuple[LanceOperation.CreateIndex, None]:
-        # checked again on the version built on: a retry after a concurrent cast (a new field id) or drop
-        kind, field_id = check_scalar_index(current, column, index_type, name, replace)
+        nonlocal kind, field_id
+        if current is not dataset:  # a retry: the column may have been cast (a new field id) or dropped
+            kind, field_id = check_scalar_index(current, column, index_type, name, replace)
         return _build(current, column, field_id, kind, name, replace, train), None
 
     dataset._commit_planned(plan, conflict_retries)
