@@ -624,3 +624,82 @@ def test_empty_index_segments_go_as_pylance_drops_them(tmp_path, steps):
             else:
                 engine.dataset(uri).update({"id": "id + 100000"}, where=predicate)
         assert shape(mine) == shape(theirs), step
+
+
+def _updated_in_place(uri: str, stable: bool = False) -> None:
+    """2,000 rows in fragments 0-3 under an IVF_PQ index and a BTREE on ``id``; then pylance's merge
+    insert of two columns of two rows of fragment 1 rewrites them in place, which takes fragment 1 out
+    of the vector index's bitmap while the index keeps its (now stale) rows."""
+    table = _table(0, 2000).append_column("x", pa.array(np.arange(2000, dtype=np.int64)))
+    pylance.write_dataset(table, uri, max_rows_per_file=500, enable_stable_row_ids=stable)
+    pylance.dataset(uri).create_index("vec", "IVF_PQ", **_params("IVF_PQ", 2))
+    pylance.dataset(uri).create_scalar_index("id", "BTREE")
+    source = _table(510, 530).filter(pc.is_in(pc.field("id"), pa.array([510, 520])))
+    pylance.dataset(uri).merge_insert("id").when_matched_update_all().execute(source)
+    [vector] = [i for i in pylance.dataset(uri).describe_indices() if i.name == "vec_idx"]
+    assert [sorted(s.fragment_ids) for s in vector.segments] == [[0, 2, 3]]
+
+
+def _stale_rows(uri: str) -> list[list[int]]:
+    """Per vector index segment: the fragments it holds rows of that its bitmap does not name."""
+    ds = lance.dataset(uri)
+    out = []
+    for index in user_indices(ds.manifest_file):
+        if index.index_details.type_url == ivf.TYPE_URL:
+            held = set((_load(ds.store, index).ids >> np.uint64(32)).tolist())
+            out.append(sorted(held - set(fragment_bitmap(index))))
+    return out
+
+
+def _k_live_rows(uri: str, queries: np.ndarray) -> None:
+    live = set(_live(uri).tolist())
+    for q in queries:
+        found = _knn(uri, q, "l2", 2)
+        assert len(found) == K and set(found.tolist()) <= live
+
+
+@pytest.mark.parametrize("merge", [1, None], ids=["merge_one", "join"])
+def test_merged_segments_leave_out_rows_updated_in_place_as_pylance(tmp_path, merge):
+    """optimize_indices merging segments (``num_indices_to_merge=1``, or the join of small partitions
+    by default) leaves out the rows a segment holds of fragments its bitmap no longer names, as
+    pylance 14 does: the fragment's current rows join as unindexed ones. We used to keep the stale
+    rows too: every row of the fragment twice. Found by the maintenance test beside pylance writers."""
+    uri, oracle = str(tmp_path / "d"), str(tmp_path / "oracle")
+    _updated_in_place(uri)
+    shutil.copytree(uri, oracle)
+    lance.dataset(uri).optimize.optimize_indices(num_indices_to_merge=merge)
+    pylance.dataset(oracle).optimize.optimize_indices(num_indices_to_merge=merge)
+    [mine], [theirs] = _segments(uri), _segments(oracle)
+    assert mine[2] == theirs[2] == [0, 1, 2, 3]
+    assert sorted(mine[6]) == sorted(theirs[6])  # row addresses, each once
+    assert len(set(mine[6])) == len(mine[6]) == 2000
+    _k_live_rows(uri, VECTORS[500:1000:25])
+
+
+@pytest.mark.parametrize("rewrite", ["with_covered_fragments", "alone"])
+def test_compaction_drops_stale_rows_outside_the_bitmap(tmp_path, rewrite):
+    """A compaction rewriting a fragment a segment holds stale rows of (fragment 1 above, which a delta
+    now covers) drops those rows instead of moving them: with them, the old segment held rows of the
+    new fragment outside its bitmap beside the delta's current ones, and pylance's searches returned
+    fewer than k rows (pylance 14's own compaction moves them, as we did). ``alone``: no rewritten
+    group touches the old segment's bitmap; it is remapped all the same, else it kept rows of a
+    removed fragment its bitmap lacks, which pylance does not mask. Found by the maintenance test
+    beside pylance writers."""
+    uri, oracle = str(tmp_path / "d"), str(tmp_path / "oracle")
+    _updated_in_place(uri)
+    assert _stale_rows(uri) == [[1]]
+    shutil.copytree(uri, oracle)
+    # fragments 0-3 compacted into 4-6 (a group per bitmap), or fragment 1 alone into 4
+    gone, target = ("id % 4 = 0", 1000) if rewrite == "with_covered_fragments" else \
+        ("id % 4 = 0 AND id >= 500 AND id < 1000", 500)
+    for engine, path in ((lance, uri), (pylance, oracle)):
+        engine.dataset(path).optimize.optimize_indices(num_indices_to_merge=0)  # a delta over fragment 1
+        engine.dataset(path).delete(gone)
+        engine.dataset(path).optimize.compact_files(target_rows_per_fragment=target)
+    fragments = [f.fragment_id for f in pylance.dataset(uri).get_fragments()]
+    assert fragments == [f.fragment_id for f in pylance.dataset(oracle).get_fragments()]
+    assert fragments == ([4, 5, 6] if rewrite == "with_covered_fragments" else [0, 2, 3, 4])
+    assert _stale_rows(oracle) != [[], []]  # pylance's compaction moved (or kept) the stale rows
+    assert _stale_rows(uri) == [[], []]
+    assert pylance.dataset(uri).validate() is None
+    _k_live_rows(uri, VECTORS[500:1000:10])

@@ -136,8 +136,13 @@ class Worker:
         for field in ds.schema:
             if field.name not in source.column_names:
                 source = source.append_column(field, pa.array(ids * int(field.name.rsplit("_", 1)[1]), field.type))
-        ds.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(
-            source.select(ds.schema.names))
+        builder = ds.merge_insert("id").when_matched_update_all().when_not_matched_insert_all()
+        if self.engine == "pylance":
+            # pylance retries a lost commit with this same source on the latest version: after a concurrent
+            # add_column that is a subset of the columns again, updated in place. The worker's own retry
+            # builds the source anew.
+            builder = builder.conflict_retries(0)
+        builder.execute(source.select(ds.schema.names))
         return {"op": "upsert", "ids": ids.tolist()}
 
     def compact(self) -> dict:

@@ -38,7 +38,7 @@ from airflow_lance.core.file import LanceFileReader
 from airflow_lance.core.fragment import FragmentMetadata
 from airflow_lance.core.indices import bitmap, btree, ivf, label_list, ngram, vector_remap
 from airflow_lance.core.indices.files import IndexFileData, write_index_file
-from airflow_lance.core.indices.metadata import ROW_ID_TYPES, UNTOUCHED_BY_REWRITE, index_uuid
+from airflow_lance.core.indices.metadata import ROW_ID_TYPES, UNTOUCHED_BY_REWRITE, fragment_bitmap, index_uuid
 from airflow_lance.core.storage import ObjectStore
 
 #: Index types whose files this module can remap (``index_details`` type URL).
@@ -98,6 +98,22 @@ class AddressMap:
         order = np.argsort(old, kind="stable")
         return cls(old[order], new[order], frozenset(ids))
 
+    def covering(self, index: table_pb2.IndexMetadata) -> AddressMap:
+        """This map for ``index``: the rows of rewritten fragments its bitmap does not name are
+        dropped, not moved. Such rows are stale: pylance's merge insert of some of the columns
+        rewrites a fragment's values in place and takes it out of the bitmaps of the indices on
+        them, which keep its old rows. pylance 14 moves them to the new fragments too, still
+        outside the bitmap; once those fragments leave in turn, the index holds rows of removed
+        fragments its bitmap lacks, which pylance's searches do not mask: they return fewer than
+        k rows. An index without a bitmap (pylance < 0.8) keeps the whole map."""
+        if not index.fragment_bitmap:
+            return self
+        outside = np.fromiter(self.fragments - set(fragment_bitmap(index)), np.uint64)
+        if not outside.size:
+            return self
+        keep = ~np.isin(self.old >> np.uint64(32), outside)
+        return AddressMap(self.old[keep], self.new[keep], self.fragments)
+
     def apply(self, addrs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(kept mask, new addresses of the kept ones): rows of rewritten fragments move, deleted ones go."""
         addrs = np.asarray(addrs, dtype=np.uint64)
@@ -147,7 +163,8 @@ def _bitmap_rows(table: pa.Table) -> tuple[pa.Array, np.ndarray]:
 
 def remap_files(store: ObjectStore, index: table_pb2.IndexMetadata, mapping: AddressMap
                 ) -> dict[str, IndexFileData]:
-    """The files of ``index`` with its row addresses remapped."""
+    """The files of ``index`` with its row addresses remapped (see :meth:`AddressMap.covering`)."""
+    mapping = mapping.covering(index)
     kind = index.index_details.type_url
     if kind == ivf.TYPE_URL:
         return vector_remap.remap_files(store, index, mapping)

@@ -121,6 +121,21 @@ def _load(store, index: table_pb2.IndexMetadata, rows: bool = True) -> _Segment:
                     centroids, aux_metadata, aux_buffers, index_metadata, model, table.schema)
 
 
+def _covered_rows(part: tuple[np.ndarray, np.ndarray, np.ndarray], segment: table_pb2.IndexMetadata
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(labels, row addresses, payload) of a merged segment without the rows of fragments its bitmap
+    no longer names, as pylance 14 merges: those rows are stale (pylance's merge insert of some of
+    the columns rewrites a fragment's values in place and takes it out of the bitmaps of the indices
+    on them), and the fragment's current rows join the merge as unindexed ones. A segment without a
+    bitmap (pylance < 0.8) keeps every row."""
+    if not segment.fragment_bitmap:
+        return part
+    labels, ids, payload = part
+    covered = np.fromiter(fragment_bitmap(segment), np.uint64)
+    keep = np.isin(ids >> np.uint64(32), covered)
+    return (labels, ids, payload) if keep.all() else (labels[keep], ids[keep], payload[keep])
+
+
 def _value_type(segment: _Segment) -> str:
     """The vectors' value type (float16, float32 or float64): its centroids' tensor type."""
     return ivf.tensor_value_type(segment.index_message.centroids_tensor)
@@ -545,7 +560,10 @@ def optimize_vector_index(current: LanceDataset, name: str, column: str, field_i
         if large or small is not None:
             merge = list(segments)
     parts = [(s.labels, s.ids, s.payload) for s in map(load, range(len(segments) - len(merge), len(segments)))]
-    if merge and current.manifest_file.manifest.reader_feature_flags & feature_flags.STABLE_ROW_IDS:
+    stable = bool(current.manifest_file.manifest.reader_feature_flags & feature_flags.STABLE_ROW_IDS)
+    if merge and not stable:
+        parts = [_covered_rows(part, segment) for part, segment in zip(parts, merge, strict=True)]
+    if merge and stable:
         # pylance 14 drops the rows deleted since from merged segments on datasets with stable
         # row ids (without them it keeps every row of a merged segment)
         merged = sorted(set().union(*(fragment_bitmap(s) for s in merge)) & {f.id for f in current._fragments})

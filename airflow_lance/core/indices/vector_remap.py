@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 from google.protobuf.unknown_fields import UnknownFieldSet
 
 from airflow_lance.core._proto import index_pb2, table_pb2
-from airflow_lance.core.arrays import empty_table
+from airflow_lance.core.arrays import empty_table, sorted_unique
 from airflow_lance.core.bases import index_file_location
 from airflow_lance.core.errors import CorruptFileError
 from airflow_lance.core.file import LanceFileReader
@@ -103,6 +103,14 @@ def _untranspose(codes: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         out[start:end] = flat[start * m:end * m].reshape(m, length).T
         start = end
     return out
+
+
+def fragments_held(store: ObjectStore, index: table_pb2.IndexMetadata) -> frozenset[int]:
+    """The fragments the IVF index ``index`` (row addresses) holds rows of, its bitmap aside (reads
+    only the ``_rowid`` column)."""
+    reader = _reader(store, index, ivf.AUXILIARY_NAME)
+    row_ids = reader.read(reader.schema.project(["_rowid"])).column("_rowid").to_numpy()
+    return frozenset(sorted_unique(row_ids >> np.uint64(32)).tolist())
 
 
 def remap_files(store: ObjectStore, index: table_pb2.IndexMetadata, mapping: AddressMap

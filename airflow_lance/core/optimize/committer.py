@@ -37,7 +37,7 @@ from airflow_lance.core.conflicts import INCOMPATIBLE, RETRY, check
 from airflow_lance.core.errors import CommitConflictError, InvalidInputError, VersionNotFoundError
 from airflow_lance.core.fragment import FragmentMetadata
 from airflow_lance.core.history import History
-from airflow_lance.core.indices import remap
+from airflow_lance.core.indices import remap, vector_remap
 from airflow_lance.core.indices.metadata import fragment_bitmap, index_uuid, parse_section
 from airflow_lance.core.manifest import (
     ManifestFile,
@@ -186,9 +186,25 @@ def _source(store: ObjectStore, read_version: int) -> ManifestFile:
         raise CommitConflictError(f"version {read_version} the compaction read was cleaned up; re-plan") from exc
 
 
-def _indices_to_remap(source: ManifestFile, latest: ManifestFile, results: Sequence[RewriteResult], stable: bool
+def _holds_stale_rows(store: ObjectStore, index: table_pb2.IndexMetadata, touched: set[int],
+                      held: dict[str, frozenset[int]]) -> bool:
+    """Whether the IVF index ``index`` holds rows of ``touched`` fragments its bitmap does not name
+    (``held``: the fragments each index holds rows of, by uuid, filled as indices are read)."""
+    outside = touched - set(fragment_bitmap(index))
+    if not outside:
+        return False
+    if index_uuid(index) not in held:
+        held[index_uuid(index)] = vector_remap.fragments_held(store, index)
+    return bool(outside & held[index_uuid(index)])
+
+
+def _indices_to_remap(store: ObjectStore, source: ManifestFile, latest: ManifestFile,
+                      results: Sequence[RewriteResult], stable: bool, held: dict[str, frozenset[int]]
                       ) -> list[table_pb2.IndexMetadata]:
-    """Indices covering a rewritten fragment whose row addresses must be remapped."""
+    """Indices covering a rewritten fragment whose row addresses must be remapped, and IVF indices
+    (row addresses) holding stale rows of one outside their bitmap: the remap drops those rows
+    (:meth:`.remap.AddressMap.covering`). Left alone, they would be rows of a removed fragment the
+    bitmap lacks, which pylance does not mask: its searches would return fewer than k rows."""
     touched = {f.id for r in results for f in r.old_fragments}
 
     def coverage(index: table_pb2.IndexMetadata) -> frozenset[int] | None:
@@ -199,6 +215,8 @@ def _indices_to_remap(source: ManifestFile, latest: ManifestFile, results: Seque
     for index in parse_section(latest):
         covered = fragment_bitmap(index) if index.fragment_bitmap else None
         if covered is not None and not touched & set(covered):
+            if not stable and vector_remap.can_remap(index) and _holds_stale_rows(store, index, touched, held):
+                out.append(index)
             continue
         for result in results if remap.needs_remap(index, stable) else ():
             inside = {f.id in covered for f in result.old_fragments} if covered is not None else {True}
@@ -268,15 +286,17 @@ def _discard_indices(store: ObjectStore, rewritten: Sequence[LanceOperation.Rewr
 class _Onto:
     """The latest version a commit attempt builds on, with what every task's check reads from it."""
 
+    store: ObjectStore
     latest: ManifestFile
     history: History
     fragments: dict[int, table_pb2.DataFragment]
     live_indices: frozenset[str]
+    held: dict[str, frozenset[int]]  # see _holds_stale_rows
 
     @classmethod
-    def read(cls, store: ObjectStore, latest: ManifestFile) -> _Onto:
-        return cls(latest, History(store, latest), {f.id: f for f in latest.manifest.fragments},
-                   frozenset(index_uuid(index) for index in parse_section(latest)))
+    def read(cls, store: ObjectStore, latest: ManifestFile, held: dict[str, frozenset[int]]) -> _Onto:
+        return cls(store, latest, History(store, latest), {f.id: f for f in latest.manifest.fragments},
+                   frozenset(index_uuid(index) for index in parse_section(latest)), held)
 
 
 def _conflicting(onto: _Onto, source: ManifestFile, result: RewriteResult, stable: bool) -> str | None:
@@ -287,7 +307,7 @@ def _conflicting(onto: _Onto, source: ManifestFile, result: RewriteResult, stabl
     if old is not None:
         return f"fragment {old.id} changed since version {result.read_version}"
     try:
-        remapped = _indices_to_remap(source, latest, [result], stable)
+        remapped = _indices_to_remap(onto.store, source, latest, [result], stable, onto.held)
     except CommitConflictError as exc:
         return str(exc)
     rewrite = LanceOperation.Rewrite(
@@ -331,6 +351,7 @@ def commit_compaction(
     source = _source(store, read_version)
     _check_old(source.manifest, results, InvalidInputError)
     stable = has_stable_row_ids(source.manifest)
+    held: dict[str, frozenset[int]] = {}  # fragments each IVF index holds rows of, by uuid
     skipped: set[int] = set()  # positions in ``results``
     reservations = 0  # ReserveFragments versions committed by the attempts
     lost: tuple[int, frozenset[str]] | None = None  # (tasks, indices remapped) of the attempt that lost the race
@@ -342,7 +363,7 @@ def commit_compaction(
             return _already_landed(store, latest, results)
         if skip_conflicting:
             kept = []
-            onto = _Onto.read(store, latest)
+            onto = _Onto.read(store, latest, held)
             for result in pending:
                 reason = _conflicting(onto, source, result, stable)
                 if reason is None:
@@ -364,7 +385,7 @@ def commit_compaction(
                 )
         _check_old(latest.manifest, pending, CommitConflictError)
         _check_new_files(store, pending, stable)
-        to_remap = _indices_to_remap(source, latest, pending, stable)
+        to_remap = _indices_to_remap(store, source, latest, pending, stable, held)
         attempt_shape = (len(pending), frozenset(index_uuid(index) for index in to_remap))
         if attempt_shape == lost:  # the same commit again: the conflict is not one we resolve
             raise CommitConflictError(
