@@ -658,14 +658,15 @@ def _k_live_rows(uri: str, queries: np.ndarray) -> None:
         assert len(found) == K and set(found.tolist()) <= live
 
 
+@pytest.mark.parametrize("stable", [False, True], ids=["addresses", "stable"])
 @pytest.mark.parametrize("merge", [1, None], ids=["merge_one", "join"])
-def test_merged_segments_leave_out_rows_updated_in_place_as_pylance(tmp_path, merge):
+def test_merged_segments_leave_out_rows_updated_in_place_as_pylance(tmp_path, merge, stable):
     """optimize_indices merging segments (``num_indices_to_merge=1``, or the join of small partitions
     by default) leaves out the rows a segment holds of fragments its bitmap no longer names, as
     pylance 14 does: the fragment's current rows join as unindexed ones. We used to keep the stale
     rows too: every row of the fragment twice. Found by the maintenance test beside pylance writers."""
     uri, oracle = str(tmp_path / "d"), str(tmp_path / "oracle")
-    _updated_in_place(uri)
+    _updated_in_place(uri, stable)
     shutil.copytree(uri, oracle)
     lance.dataset(uri).optimize.optimize_indices(num_indices_to_merge=merge)
     pylance.dataset(oracle).optimize.optimize_indices(num_indices_to_merge=merge)
