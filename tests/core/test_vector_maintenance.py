@@ -704,3 +704,27 @@ def test_compaction_drops_stale_rows_outside_the_bitmap(tmp_path, rewrite):
     assert _stale_rows(uri) == [[], []]
     assert pylance.dataset(uri).validate() is None
     _k_live_rows(uri, VECTORS[500:1000:10])
+
+
+@pytest.mark.parametrize("stable", [False, True], ids=["addresses", "stable"])
+def test_a_merged_segment_keeps_removed_fragments_in_its_bitmap_as_pylance(tmp_path, stable):
+    """optimize_indices merging segments gives the merged one the whole bitmaps of those it merges, removed
+    fragments included, as pylance 14 does: the rows it still holds of a removed fragment stay masked. We
+    used to keep only the fragments the dataset still had; pylance then returned those rows' entries, which
+    read back as nothing: every search near them gave fewer than k rows."""
+    uri, oracle = str(tmp_path / "d"), str(tmp_path / "oracle")
+    pylance.write_dataset(_table(0, 2000), uri, max_rows_per_file=500, enable_stable_row_ids=stable)
+    pylance.dataset(uri).create_index("vec", "IVF_PQ", **_params("IVF_PQ", 2))
+    pylance.write_dataset(_table(2000, 2300), uri, mode="append")
+    pylance.dataset(uri).optimize.optimize_indices(num_indices_to_merge=0)  # a delta over fragment 4
+    pylance.dataset(uri).delete("id < 500")  # fragment 0 leaves the dataset
+    shutil.copytree(uri, oracle)
+    lance.dataset(uri).optimize.optimize_indices(num_indices_to_merge=2)
+    pylance.dataset(oracle).optimize.optimize_indices(num_indices_to_merge=2)
+    [mine], [theirs] = _segments(uri), _segments(oracle)
+    assert mine[2] == theirs[2] == [0, 1, 2, 3, 4]
+    assert sorted(mine[6]) == sorted(theirs[6])
+    live = set(_live(uri).tolist())
+    for q in VECTORS[0:1000:25]:  # the nearest rows of the first half were in fragment 0
+        found = _knn(uri, q, "l2", 2)
+        assert len(found) == K and set(found.tolist()) <= live

@@ -28,10 +28,12 @@ for l2/cosine). Then, with ``num_indices_to_merge`` (pylance 14 observed):
   partition holds its own rows, then those moved in by the partition they come from (index
   order; PQ: encoded anew); every segment is merged into one (``dataset_version`` of the
   oldest). When no partition finds room: the delta as above;
-* ``n > 0``: one segment with every row of the ``n`` newest segments (kept as they are, rows
+* ``n > 0``: one segment with the rows of the ``n`` newest segments (kept as they are, rows
   deleted since included, except on datasets with stable row ids; partition by partition,
   oldest segment first) followed by the new rows; ``dataset_version`` of the oldest merged
-  segment; the merged ones are removed;
+  segment; the merged ones are removed. Its bitmap is the union of theirs (removed fragments
+  included) and the new fragments; the rows of removed fragments, and of fragments a bitmap no
+  longer names (updated in place), leave it, as in pylance 14;
 * ``retrain=True``: the index is rebuilt over every fragment (same metric and PQ shape, the
   default partition count for the rows now there), replacing every segment.
 
@@ -121,18 +123,17 @@ def _load(store, index: table_pb2.IndexMetadata, rows: bool = True) -> _Segment:
                     centroids, aux_metadata, aux_buffers, index_metadata, model, table.schema)
 
 
-def _covered_rows(part: tuple[np.ndarray, np.ndarray, np.ndarray], segment: table_pb2.IndexMetadata
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(labels, row addresses, payload) of a merged segment without the rows of fragments its bitmap
-    no longer names, as pylance 14 merges: those rows are stale (pylance's merge insert of some of
-    the columns rewrites a fragment's values in place and takes it out of the bitmaps of the indices
-    on them), and the fragment's current rows join the merge as unindexed ones. A segment without a
-    bitmap (pylance < 0.8) keeps every row."""
-    if not segment.fragment_bitmap:
-        return part
+def _covered_rows(part: tuple[np.ndarray, np.ndarray, np.ndarray], segment: table_pb2.IndexMetadata,
+                  live: set[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(labels, row addresses, payload) of a merged segment with only the rows of ``live`` fragments its
+    bitmap names, as pylance 14 merges. Rows of fragments the bitmap no longer names are stale
+    (pylance's merge insert of some of the columns rewrites a fragment's values in place and takes it
+    out of the bitmaps of the indices on them); the fragment's current rows join the merge as unindexed
+    ones. Rows of removed fragments go (deleted rows of the others stay). A segment without a bitmap
+    (pylance < 0.8) keeps the rows of every live fragment."""
     labels, ids, payload = part
-    covered = np.fromiter(fragment_bitmap(segment), np.uint64)
-    keep = np.isin(ids >> np.uint64(32), covered)
+    named = set(fragment_bitmap(segment)) & live if segment.fragment_bitmap else live
+    keep = np.isin(ids >> np.uint64(32), np.fromiter(named, np.uint64, len(named)))
     return (labels, ids, payload) if keep.all() else (labels[keep], ids[keep], payload[keep])
 
 
@@ -562,7 +563,8 @@ def optimize_vector_index(current: LanceDataset, name: str, column: str, field_i
     parts = [(s.labels, s.ids, s.payload) for s in map(load, range(len(segments) - len(merge), len(segments)))]
     stable = bool(current.manifest_file.manifest.reader_feature_flags & feature_flags.STABLE_ROW_IDS)
     if merge and not stable:
-        parts = [_covered_rows(part, segment) for part, segment in zip(parts, merge, strict=True)]
+        live_ids = {f.id for f in current._fragments}
+        parts = [_covered_rows(part, segment, live_ids) for part, segment in zip(parts, merge, strict=True)]
     if merge and stable:
         # pylance 14 drops the rows deleted since from merged segments on datasets with stable
         # row ids (without them it keeps every row of a merged segment)
@@ -581,10 +583,11 @@ def optimize_vector_index(current: LanceDataset, name: str, column: str, field_i
             merge, parts = [], [(labels, ids, payload)]
     files = _files(base, np.concatenate([p[0] for p in parts]).astype(np.int64),
                    np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts]), loss, centroids)
-    live = {f.id for f in current._fragments}
+    # the merged segments' whole bitmaps, removed fragments included, as pylance 14: the rows a merged
+    # segment still holds of a removed fragment stay masked only while the bitmap names it
     covered = set(missing)
     for segment in merge:
-        covered |= set(fragment_bitmap(segment)) & live
+        covered |= set(fragment_bitmap(segment))
     uuid = str(uuid_lib.uuid4())
     written = [write_index_file(current.store, uuid, file_name, data, current.data_storage_version)
                for file_name, data in files.items()]
