@@ -44,8 +44,8 @@ log = logging.getLogger(__name__)
 
 #: Spark's log levels (``spark.log.level``, ``SparkContext.setLogLevel``).
 SPARK_LOG_LEVELS = ("ALL", "DEBUG", "ERROR", "FATAL", "INFO", "OFF", "TRACE", "WARN")
-#: The line :mod:`airflow_lance.spark.job` prints when it fails.
-_JOB_FAILED = re.compile(r"airflow-lance job failed: (.+)$")
+#: The line :mod:`airflow_lance.spark.job` prints when it fails (without a Spark log record copied onto its end).
+_JOB_FAILED = re.compile(r"airflow-lance job failed: (.+?)(?=\d\d/\d\d/\d\d \d\d:\d\d:\d\d [A-Z]+ |$)")
 #: spark-submit's own complaints and a JVM's uncaught exception (when the job never ran).
 _SUBMIT_ERROR = re.compile(r"^(?:Error: .+|Exception in thread .+|(?:\w+\.)+\w*(?:Exception|Error)(?:: .+)?)$")
 _TAIL_HEADER = "\nLast spark-submit output:\n"

@@ -361,6 +361,14 @@ def _session(args: list[str]) -> tuple[SparkSession, bool]:
     return spark, False
 
 
+def _report_failure(exc: BaseException) -> None:
+    """The ``airflow-lance job failed: ...`` line, in one write: Spark runs the driver with
+    ``PYTHONUNBUFFERED``, where ``print`` writes the text and the newline apart, and the JVM's log
+    lines, copied onto the same output, could land between the two."""
+    sys.stderr.write(f"airflow-lance job failed: {describe_failure(exc)}\n")
+    sys.stderr.flush()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """spark-submit entry point (and Spark Connect client: ``--connect <settings> <spec>``);
     returns the process exit status."""
@@ -373,7 +381,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         spark, connect = _session(args)
     except Exception as exc:  # noqa: BLE001 - reported to the operator through the exit status
         traceback.print_exc()
-        print(f"airflow-lance job failed: {describe_failure(exc)}", file=sys.stderr, flush=True)
+        _report_failure(exc)
         return 1
     args = args[-1:]
     shipped: str | None = None
@@ -409,7 +417,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except Exception as exc:  # noqa: BLE001 - reported to the operator through the exit status
         traceback.print_exc()
-        print(f"airflow-lance job failed: {describe_failure(exc)}", file=sys.stderr, flush=True)
+        _report_failure(exc)
         return 1
     finally:
         try:

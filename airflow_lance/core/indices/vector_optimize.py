@@ -567,7 +567,7 @@ def optimize_vector_index(current: LanceDataset, name: str, column: str, field_i
         parts = [_covered_rows(part, segment, live_ids) for part, segment in zip(parts, merge, strict=True)]
     if merge and stable:
         # pylance 14 drops the rows deleted since from merged segments on datasets with stable
-        # row ids (without them it keeps every row of a merged segment)
+        # row ids (without them it keeps the deleted rows of live fragments: _covered_rows)
         merged = sorted(set().union(*(fragment_bitmap(s) for s in merge)) & {f.id for f in current._fragments})
         live = _row_ids(current, merged)
         parts = [(lab[keep], rid[keep], pay[keep]) for lab, rid, pay in parts
@@ -583,8 +583,8 @@ def optimize_vector_index(current: LanceDataset, name: str, column: str, field_i
             merge, parts = [], [(labels, ids, payload)]
     files = _files(base, np.concatenate([p[0] for p in parts]).astype(np.int64),
                    np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts]), loss, centroids)
-    # the merged segments' whole bitmaps, removed fragments included, as pylance 14: the rows a merged
-    # segment still holds of a removed fragment stay masked only while the bitmap names it
+    # the merged segments' whole bitmaps, removed fragments included, as pylance 14 (their rows left
+    # the merge above)
     covered = set(missing)
     for segment in merge:
         covered |= set(fragment_bitmap(segment))

@@ -23,11 +23,18 @@ import lance as pylance
 import psutil
 import pyarrow as pa
 import pytest
+from airflow.providers.common.compat.sdk import AirflowException
 from lance_airflow_testing import SparkSubmitSpy, connection_env, load_dag, task_instances
 
 import airflow_lance.core as lance
 from airflow_lance.operators._spark_process import child_environment, find_spark_binary
-from airflow_lance.operators._spark_submit import LanceSparkJobError, SparkJobRunner, spark_hook_kwargs
+from airflow_lance.operators._spark_submit import (
+    _TAIL_HEADER,
+    LanceSparkJobError,
+    SparkJobRunner,
+    job_failure_message,
+    spark_hook_kwargs,
+)
 
 SECRET = "S3cr3t-value-never-in-a-child-4d2e"
 # Spark reaches its workers in 10-15 s on a busy 2-core VM; 45 s was too short in full runs under heavy load. The job
@@ -192,4 +199,19 @@ def test_spark_submit_refusing_the_job_names_its_error(monkeypatch: pytest.Monke
         "Last spark-submit output:",
         'Exception in thread "main" org.apache.spark.SparkException: Master must either be yarn or start with '
         "spark, k8s, or local",
+    ]
+
+
+def test_the_failure_line_loses_a_spark_log_record_copied_onto_its_end() -> None:
+    """spark-submit copies the Python driver's output and the JVM's log lines onto one stream; a log
+    record landing right after the job's failure line (before its newline) is not part of the cause.
+    Seen once in CI: ``... file:/nonexistent.26/12/08 02:25:38 INFO SparkContext: ...``."""
+    tail = ("Traceback (most recent call last):\n"
+            "airflow-lance job failed: PATH_NOT_FOUND: Path does not exist: file:/nonexistent.26/12/08 02:25:38 "
+            "INFO SparkContext: SparkContext is stopping with exitCode 0 from stop at NativeMethodAccessorImpl.java:0.\n")
+    exc = AirflowException("Cannot execute: spark-submit. Error code is: 1." + _TAIL_HEADER + tail)
+    message = job_failure_message("the Spark write job", exc)
+    assert message.splitlines()[:2] == [
+        "PATH_NOT_FOUND: Path does not exist: file:/nonexistent.",
+        "The Spark write job failed (spark-submit exit status 1); nothing was committed.",
     ]
